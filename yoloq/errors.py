@@ -1,0 +1,31 @@
+"""User-facing errors: one line naming the field and the fix, exit code 2."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error in what the user gave us. Rendered as one line, never a traceback."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, problem: str, fix: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        text = f"{self.field}: {self.problem}"
+        return f"{text} (fix: {self.fix})" if self.fix else text
+
+
+class SpecError(UserError):
+    """The job spec itself is invalid."""
+
+
+class DatasetError(UserError):
+    """The dataset the spec points at is invalid."""
+
+
+class ModelError(UserError):
+    """The model YAML name or checkpoint is not usable."""

@@ -1,0 +1,92 @@
+"""One place that keeps Prefect, MLflow and ultralytics off the network.
+
+`apply()` sets the environment before any of those packages is imported (their
+settings are read at import time) and is idempotent. Child processes inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from yoloq.paths import StatePaths, state_paths
+
+PREFECT_PORT_DEFAULT = 4210
+
+# Environment that must hold in every yoloq process and its children.
+_FIXED_ENV = {
+    # Prefect
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_WORKER_QUERY_SECONDS": "1",
+    "PREFECT_WORKER_PREFETCH_SECONDS": "2",
+    "PREFECT_UI_ENABLED": "true",
+    "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
+    "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+    # MLflow
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING": "false",
+    # ultralytics
+    "YOLO_OFFLINE": "1",
+    "YOLO_AUTOINSTALL": "0",
+    "YOLO_VERBOSE": "False",
+    # Hugging Face and friends, in case a dependency looks
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # Keep CPU runs polite on small machines and deterministic
+    "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+}
+
+
+def apply(paths: StatePaths | None = None) -> StatePaths:
+    """Set the offline environment for this process (and its children)."""
+    paths = (paths or state_paths()).ensure()
+    os.environ["YOLOQ_HOME"] = str(paths.root)
+    for key, value in _FIXED_ENV.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("PREFECT_HOME", str(paths.prefect_home))
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(paths.ultralytics))
+    os.environ.setdefault("MPLCONFIGDIR", str(paths.root / "matplotlib"))
+    _install_font(Path(os.environ["YOLO_CONFIG_DIR"]))
+    return paths
+
+
+def _install_font(config_dir: Path) -> None:
+    """ultralytics fetches Arial.ttf for plots unless a file of that name exists."""
+    target = config_dir / "Ultralytics" / "Arial.ttf"
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = _dejavu_font()
+    if source is not None:
+        shutil.copyfile(source, target)
+        shutil.copyfile(source, target.with_name("Arial.Unicode.ttf"))
+
+
+def _dejavu_font() -> Path | None:
+    """matplotlib ships DejaVuSans; find it without importing matplotlib."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    font = root / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+    return font if font.exists() else None
+
+
+def quiet_ultralytics() -> None:
+    """Turn ultralytics' own integrations off; yoloq logs to MLflow itself.
+
+    Call after `apply()`, in processes that import ultralytics.
+    """
+    from ultralytics.utils import SETTINGS
+
+    wanted = {"sync": False, "mlflow": False, "clearml": False, "comet": False, "dvc": False,
+              "hub": False, "neptune": False, "raytune": False, "tensorboard": False,
+              "wandb": False}
+    current = {k: SETTINGS.get(k) for k in wanted}
+    if current != wanted:
+        SETTINGS.update(wanted)
