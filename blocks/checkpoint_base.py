@@ -1,0 +1,273 @@
+"""The checkpoint store contract, shared by the local-folder and S3 stores.
+
+A checkpoint is two objects under `<job_id>/`: the data
+(`epoch-000012-<sha256[:12]>.pt`) and, written strictly after it, the metadata
+(`epoch-000012.json`: epoch, sha256, size, data key). Readers only trust metadata,
+so a checkpoint whose data is still being written (or whose writer died) is
+invisible, and a stored file that no longer matches its sha256 is skipped with a
+warning in favour of the previous one. Keys sort by epoch (zero-padded).
+
+Backends implement five primitive operations on keys relative to the store root;
+everything else (hashing, ordering, pruning, verified restore) lives here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import logging
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+from prefect.blocks.core import Block
+from pydantic import Field
+
+logger = logging.getLogger("yoloq.checkpoints")
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_DATA_NAME = re.compile(r"^epoch-(\d{6,})-[0-9a-f]{12}\.pt$")
+_META_NAME = re.compile(r"^epoch-(\d{6,})\.json$")
+_CHUNK = 1024 * 1024
+
+
+class MissingObject(Exception):
+    """A backend found no object under the key (deleted or never written)."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    job_id: str
+    epoch: int
+    sha256: str
+    size: int
+    key: str  # data object key, relative to the store root
+    created_at: str  # ISO 8601, UTC
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> "CheckpointInfo":
+        data = json.loads(raw)
+        return cls(job_id=str(data["job_id"]), epoch=int(data["epoch"]), sha256=str(data["sha256"]),
+                   size=int(data["size"]), key=str(data["key"]), created_at=str(data["created_at"]))
+
+
+@dataclass(frozen=True)
+class RestoredCheckpoint:
+    info: CheckpointInfo
+    path: Path
+    warnings: list[str] = field(default_factory=builtins.list)
+
+
+def metadata_key(job_id: str, epoch: int) -> str:
+    return f"{job_id}/epoch-{epoch:06d}.json"
+
+
+def data_key(job_id: str, epoch: int, sha256: str) -> str:
+    return f"{job_id}/epoch-{epoch:06d}-{sha256[:12]}.pt"
+
+
+def file_sha256(path: Path) -> tuple[str, int]:
+    """(hex sha256, size in bytes) of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        raise ValueError(f"job_id {job_id!r} is not a safe key (letters, digits, . _ -; no slashes)")
+    return job_id
+
+
+def _warn(warnings: builtins.list[str], message: str) -> None:
+    logger.warning(message)
+    warnings.append(message)
+
+
+class CheckpointStore(Block, ABC):
+    """Where training checkpoints live between segments; the last `keep` per job are kept."""
+
+    _block_type_name = "yoloq Checkpoint Store"
+
+    keep: int = Field(default=3, ge=1, description="How many of the newest checkpoints to keep per job.")
+
+    # ---- the primitive operations a backend provides (keys are relative to the root)
+
+    @abstractmethod
+    def _put_file(self, key: str, path: Path) -> None:
+        """Store a file under `key` atomically: readers see all of it or nothing."""
+
+    @abstractmethod
+    def _put_bytes(self, key: str, data: bytes) -> None:
+        """Store a small object under `key` atomically."""
+
+    @abstractmethod
+    def _get_bytes(self, key: str) -> bytes:
+        """Read a small object; raise MissingObject if absent."""
+
+    @abstractmethod
+    def _download(self, key: str, dest: Path) -> None:
+        """Copy an object into the file `dest`; raise MissingObject if absent."""
+
+    @abstractmethod
+    def _list_keys(self, job_id: str) -> builtins.list[str]:
+        """Every key under `<job_id>/`, in no particular order."""
+
+    @abstractmethod
+    def _delete_keys(self, keys: Iterable[str]) -> None:
+        """Delete keys; absent ones are not an error."""
+
+    def location(self) -> str:
+        """A URI for logs and docs (`file:///...`, `s3://bucket/prefix`)."""
+        return type(self).__name__
+
+    # ---- the public interface
+
+    def save(self, job_id: Any = None, epoch: int | None = None, path: Path | str | None = None,
+             **block_kwargs: Any) -> Any:
+        """Save `path` as the checkpoint of `job_id` at `epoch` and prune to `keep`.
+
+        Called as `save(name, overwrite=...)` (no epoch and path) it is Prefect's
+        `Block.save`, which stores this block's configuration as a block document.
+        """
+        if epoch is None and path is None:
+            return Block.save(self, job_id, **block_kwargs)
+        if block_kwargs or epoch is None or path is None:
+            raise TypeError("save(job_id, epoch, path) needs all three and nothing else")
+        return self.save_checkpoint(job_id, epoch, Path(path))
+
+    def save_checkpoint(self, job_id: str, epoch: int, path: Path) -> CheckpointInfo:
+        """Data first, metadata after it: a reader never sees a partial checkpoint."""
+        check_job_id(job_id)
+        if not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        sha256, size = file_sha256(Path(path))
+        info = CheckpointInfo(job_id=job_id, epoch=epoch, sha256=sha256, size=size,
+                              key=data_key(job_id, epoch, sha256),
+                              created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+        self._put_file(info.key, Path(path))
+        self._put_bytes(metadata_key(job_id, epoch), info.to_json())
+        self.prune(job_id)
+        return info
+
+    def list(self, job_id: str) -> builtins.list[CheckpointInfo]:
+        """Checkpoints with readable metadata, oldest to newest by epoch."""
+        check_job_id(job_id)
+        infos = []
+        for key in self._list_keys(job_id):
+            match = _META_NAME.match(key.rpartition("/")[2])
+            if match:
+                info = self._read_metadata(job_id, key, int(match.group(1)))
+                if info is not None:
+                    infos.append(info)
+        return sorted(infos, key=lambda info: info.epoch)
+
+    def latest(self, job_id: str) -> CheckpointInfo | None:
+        infos = self.list(job_id)
+        return infos[-1] if infos else None
+
+    def restore(self, job_id: str, dest_dir: Path | str,
+                filename: str | None = None) -> RestoredCheckpoint | None:
+        """Download the newest checkpoint whose sha256 verifies into `dest_dir`.
+
+        A corrupt, truncated or missing newest checkpoint is skipped with a warning
+        (logged and returned) in favour of the one before it. None: nothing usable.
+        """
+        dest_dir = Path(dest_dir)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        warnings: builtins.list[str] = []
+        for info in reversed(self.list(job_id)):
+            target = dest_dir / (filename or f"epoch-{info.epoch:06d}.pt")
+            problem = self._fetch_verified(info, target)
+            if problem is None:
+                return RestoredCheckpoint(info=info, path=target, warnings=warnings)
+            _warn(warnings, f"checkpoint {job_id} epoch {info.epoch} ({info.key}) is unusable: "
+                            f"{problem}; falling back to the previous one")
+        if warnings:
+            logger.warning("job %s: no checkpoint in %s verified", job_id, self.location())
+        return None
+
+    def prune(self, job_id: str, keep: int | None = None) -> int:
+        """Keep the newest `keep` checkpoints (default: the block's `keep`); return how many went.
+
+        Metadata goes before data, so readers stop choosing a checkpoint before its
+        data disappears. Data without metadata (an overwritten epoch, a writer that
+        died) is removed too, unless it is newer than every kept checkpoint: that may
+        be a save in progress.
+        """
+        keep = self.keep if keep is None else keep
+        if keep < 0:
+            raise ValueError("keep must be >= 0")
+        infos = self.list(job_id)
+        doomed = infos[:max(0, len(infos) - keep)]
+        for info in doomed:
+            self._delete_keys([metadata_key(job_id, info.epoch)])
+            self._delete_keys([info.key])
+        kept = infos[len(doomed):]
+        if kept:
+            self._delete_orphans(job_id, {info.key for info in kept}, newest=kept[-1].epoch)
+        return len(doomed)
+
+    def delete_job(self, job_id: str) -> int:
+        """Delete every object of the job; return how many checkpoints it had."""
+        count = len(self.list(job_id))
+        keys = self._list_keys(job_id)
+        self._delete_keys([k for k in keys if _META_NAME.match(k.rpartition("/")[2])])
+        self._delete_keys([k for k in keys if not _META_NAME.match(k.rpartition("/")[2])])
+        return count
+
+    # ---- helpers
+
+    def _read_metadata(self, job_id: str, key: str, epoch: int) -> CheckpointInfo | None:
+        try:
+            info = CheckpointInfo.from_json(self._get_bytes(key))
+        except MissingObject:
+            return None  # pruned between listing and reading
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("ignoring unreadable checkpoint metadata %s: %s", key, exc)
+            return None
+        if info.job_id != job_id or info.epoch != epoch:
+            logger.warning("ignoring checkpoint metadata %s: it describes %s epoch %d",
+                           key, info.job_id, info.epoch)
+            return None
+        return info
+
+    def _fetch_verified(self, info: CheckpointInfo, target: Path) -> str | None:
+        """Download into a temp file beside `target`, verify, rename. Returns the problem, if any."""
+        partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
+        try:
+            try:
+                self._download(info.key, partial)
+            except MissingObject:
+                return "data object is missing"
+            sha256, size = file_sha256(partial)
+            if size != info.size:
+                return f"size {size} bytes, expected {info.size} (truncated?)"
+            if sha256 != info.sha256:
+                return f"sha256 {sha256[:12]}..., expected {info.sha256[:12]}... (corrupt)"
+            os.replace(partial, target)
+            return None
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def _delete_orphans(self, job_id: str, kept_keys: set[str], newest: int) -> None:
+        orphans = []
+        for key in self._list_keys(job_id):
+            match = _DATA_NAME.match(key.rpartition("/")[2])
+            if match and key not in kept_keys and int(match.group(1)) <= newest:
+                orphans.append(key)
+        if orphans:
+            self._delete_keys(orphans)

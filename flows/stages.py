@@ -1,0 +1,55 @@
+"""Evaluate and export as Prefect tasks: results go to MLflow and Prefect artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from yoloq.paths import state_paths
+from yoloq.spec import JobSpec
+
+
+def _artifact_key(job_id: str, what: str) -> str:
+    """Prefect artifact keys allow lowercase letters, digits and dashes."""
+    safe = "".join(c if c.isalnum() else "-" for c in job_id.lower())
+    return f"{safe}-{what}"[:100]
+
+
+@task(name="evaluate")
+def evaluate_task(job: JobSpec, weights: Path, tracker: Any, run_id: str) -> dict[str, Any]:
+    """Validate the best weights on the test split (else val); log and publish the table."""
+    from yoloq.evaluate import evaluate
+
+    workdir = state_paths().scratch / "evaluate" / run_id
+    result = evaluate(Path(weights), Path(job.data), imgsz=job.imgsz, batch=job.batch,
+                      workdir=workdir)
+    tracker.log_metrics(run_id, {f"eval/{k}": v for k, v in result.metrics.items()})
+    tracker.set_tags(run_id, {"yoloq.eval_split": result.split})
+    rows = result.table or [{"metric": k, "value": round(v, 4)} for k, v in result.metrics.items()]
+    create_table_artifact(key=_artifact_key(run_id, "evaluation"), table=rows,
+                          description=f"Evaluation of best.pt on the {result.split} split")
+    return {"split": result.split, "metrics": result.metrics}
+
+
+@task(name="export")
+def export_task(job: JobSpec, job_id: str, weights: Path, tracker: Any,
+                run_id: str) -> list[dict[str, Any]]:
+    """Export, verify by loading and validating, log and register each format."""
+    from yoloq.export import export
+
+    dest = state_paths().exports / job_id
+    exported = export(Path(weights), job.export, dest, Path(job.data), imgsz=job.imgsz)
+    rows = []
+    for model in exported:
+        version = tracker.register_model(run_id, Path(model.path), job.name)
+        rows.append({"format": model.format, "path": str(model.path), "size_mb":
+                     round(model.size / 1e6, 2), "registered_version": version})
+    create_markdown_artifact(
+        key=_artifact_key(job_id, "exports"),
+        markdown="\n".join(f"- **{r['format']}**: `{r['path']}` ({r['size_mb']} MB), "
+                           f"model `{job.name}` v{r['registered_version']}" for r in rows),
+        description="Exported models")
+    return rows

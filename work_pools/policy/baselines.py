@@ -1,0 +1,45 @@
+"""Policies for comparison, all run by the same `decide`.
+
+- `fifo`: submission order, no preemption, no fairness (backfills what fits).
+- `priority`: strict tiers with preemption; no fair share, no aging, no 70% rule.
+- `las`: Tiresias-style discretised 2D least-attained-service: attained service
+  is GPUs x seconds run; queues split at `las_thresholds_gpu_s`; a lower queue
+  preempts a higher one; submission order inside a queue; tiers are ignored.
+- `yoloq`: everything (tiers, aging, fair share, quotas, the 70% rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from work_pools.policy.model import Policy
+
+_NO_EXTRAS = dict(fair_share=False, aging_step_s=0.0, long_job_share=0.0, fairshare_preempt_over=0.0)
+
+
+def fifo(**overrides) -> Policy:
+    return replace(Policy(name="fifo", ordering="fifo", preemption=False, **_NO_EXTRAS), **overrides)
+
+
+def priority(**overrides) -> Policy:
+    return replace(Policy(name="priority", ordering="tier", **_NO_EXTRAS), **overrides)
+
+
+def las(**overrides) -> Policy:
+    return replace(Policy(name="las", ordering="las", **_NO_EXTRAS), **overrides)
+
+
+def yoloq(**overrides) -> Policy:
+    return replace(Policy(name="yoloq"), **overrides)
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {"fifo": fifo, "priority": priority, "las": las,
+                                                "yoloq": yoloq}
+
+
+def policy_by_name(name: str, **overrides) -> Policy:
+    try:
+        return POLICIES[name](**overrides)
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; use one of: {', '.join(POLICIES)}") from None

@@ -1,0 +1,160 @@
+"""`decide(snapshot, policy, now) -> Decision`: the whole scheduler, as a pure function.
+
+For each waiting segment, in `ordering.FairQueue` order: place it on free GPUs
+(best fit); else plan a preemption (`victims.VictimPlanner`); else, when the
+policy allows, place it with a reduced batch; else record why it waits. The
+snapshot is never mutated: placement works on its own copy of free memory.
+Failed attempts are remembered per GPU count and memory (availability only
+shrinks during one call), which keeps a 10,000-segment queue cheap.
+"""
+
+from __future__ import annotations
+
+from work_pools.policy import fairshare, rules
+from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Segment,
+                                     Snapshot)
+from work_pools.policy.ordering import Context, FairQueue, build_context
+from work_pools.policy.placement import GpuPool, describe
+from work_pools.policy.victims import Plan, VictimPlanner
+
+
+class _FailureMemo:
+    """Remembers (gpus, memory) requests that failed: bigger ones fail too."""
+
+    def __init__(self) -> None:
+        self._min_mem: dict[tuple, float] = {}
+
+    def failed(self, kind: tuple, gpus: int, mem_gb: float) -> bool:
+        return any(g <= gpus and mem_gb >= m for (k, g), m in self._min_mem.items() if k == kind)
+
+    def add(self, kind: tuple, gpus: int, mem_gb: float) -> None:
+        key = (kind, gpus)
+        self._min_mem[key] = min(mem_gb, self._min_mem.get(key, float("inf")))
+
+
+class _Round:
+    """Mutable working state of one `decide` call (never visible outside)."""
+
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.policy = policy
+        self.ctx: Context = build_context(snapshot, policy, now)
+        self.pool = GpuPool(snapshot.gpus, snapshot.running, policy)
+        self.planner = VictimPlanner(snapshot.running, self.ctx.ranks, self.ctx.ratios, now, policy)
+        self.queue = FairQueue(snapshot.waiting, self.ctx)
+        self.admit: list[Admission] = []
+        self.preempt: list[Preemption] = []
+        self.waiting: dict[str, str] = {}
+        self.no_fit = _FailureMemo()
+        self.no_victims = _FailureMemo()
+
+    def run(self) -> Decision:
+        for seg, rank in self.queue:
+            self.waiting_reason(seg, rank)
+        return Decision(tuple(self.admit), tuple(self.preempt), self.waiting, self.ctx.breaches)
+
+    def waiting_reason(self, seg: Segment, rank: int) -> None:
+        """Try to start `seg`; when it cannot, record why it waits."""
+        if not self.pool.could_ever_fit(seg):
+            self.waiting[seg.id] = _too_big(seg, self.pool)
+        elif self.try_place(seg):
+            return
+        elif self.try_preempt(seg, rank):
+            return
+        elif self.policy.allow_reduced_batch and self.try_reduced(seg):
+            return
+        else:
+            self.waiting[seg.id] = self.why_waiting(seg)
+
+    def try_place(self, seg: Segment) -> bool:
+        small = self.policy.share_gpus and seg.gpus == 1
+        kind = ("small",) if small else ("whole",)
+        if self.no_fit.failed(kind, seg.gpus, seg.est_mem_gb):
+            return False
+        indices = self.pool.find(seg)
+        if indices is None:
+            self.no_fit.add(kind, seg.gpus, seg.est_mem_gb)
+            return False
+        self.start(seg, indices, f"admitted on {describe(self.pool, indices)}")
+        return True
+
+    def try_reduced(self, seg: Segment) -> bool:
+        found = self.pool.find_reduced(seg)
+        if found is None:
+            return False
+        index, batch = found
+        reason = (f"admitted on {describe(self.pool, (index,))} with batch {batch} instead of "
+                  f"{seg.batch} (reduced to fit; resume is no longer exact)")
+        self.start(seg, (index,), reason, batch)
+        return True
+
+    def start(self, seg: Segment, indices: tuple[int, ...], reason: str,
+              batch: int | None = None) -> None:
+        self.admit.append(Admission(seg.id, seg.job_id, indices, reason, batch))
+        mem = seg.est_mem_gb if batch is None else seg.fixed_mem_gb + batch * seg.mem_per_image_gb
+        speed = min(self.pool.gpus[i].speed for i in indices)
+        self.pool.take(indices, seg.id, mem)
+        self.queue.charge(seg.team, fairshare.tu(speed, self.policy.segment_s, seg.gpus))
+
+    def try_preempt(self, seg: Segment, rank: int) -> bool:
+        if not self.planner.order:
+            return False
+        starved = self.ctx.ratios.get(seg.team, 0.0) <= self.policy.fairshare_preempt_under
+        kind = (starved,)
+        if self.no_victims.failed(kind, seg.gpus, seg.est_mem_gb):
+            return False
+        plan = self.planner.plan(seg, rank, self.pool)
+        if plan is None:
+            self.no_victims.add(kind, seg.gpus, seg.est_mem_gb)
+            return False
+        self.planner.commit(plan)
+        self.pool.reserve(plan.gpu_indices)
+        self.record_preemption(seg, rank, plan)
+        return True
+
+    def record_preemption(self, seg: Segment, rank: int, plan: Plan) -> None:
+        label = rules.segment_label(seg, rank, self.policy)
+        stopping, asked = [], []
+        for victim in plan.victims:
+            if victim.stopping:
+                stopping.append(victim.job_id)
+                continue
+            asked.append(victim.job_id)
+            why = _victim_why(victim, seg, rank, self.ctx)
+            reason = f"preempted by job {seg.job_id} ({label}) at epoch {victim.epoch + 1}{why}"
+            self.preempt.append(Preemption(victim.id, victim.job_id, seg.id, seg.job_id, reason))
+        gpus = ", ".join(str(i) for i in plan.gpu_indices)
+        jobs = ", ".join(asked + stopping)
+        self.waiting[seg.id] = (f"waiting: GPU {gpus} frees when job {jobs} "
+                                f"stops at its epoch boundary")
+
+    def why_waiting(self, seg: Segment) -> str:
+        if seg.team in self.ctx.delayed_teams:
+            breach = next(b for b in self.ctx.breaches if b.team == seg.team)
+            return (f"waiting: team over quota ({breach.spent_tu:.2f} of {breach.budget_tu:.2f} TU "
+                    f"this {breach.period}); runs only on GPUs nobody else wants")
+        if seg.id in self.queue.yielding:
+            share = rules.held_share(seg, self.policy)
+            return (f"waiting: yielding to short experiments (held a GPU {share:.0%} of the last "
+                    f"{self.policy.long_job_window_s / 3600:.1f} h)")
+        gpus = "a GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
+        return f"waiting: no {gpus} with {seg.est_mem_gb:.1f} GB free"
+
+
+def _too_big(seg: Segment, pool: GpuPool) -> str:
+    if seg.gpus > len(pool.totals_desc):
+        return f"waiting: needs {seg.gpus} GPUs, the pool has {len(pool.totals_desc)}"
+    largest = pool.totals_desc[0] if pool.totals_desc else 0.0
+    return f"waiting: needs {seg.est_mem_gb:.1f} GB per GPU; the largest GPU has {largest:.1f} GB"
+
+
+def _victim_why(victim: Segment, seg: Segment, rank: int, ctx: Context) -> str:
+    if victim.team in ctx.delayed_teams:
+        return f"; team {victim.team} is over quota"
+    if ctx.ranks[victim.id] == rank and victim.team != seg.team:
+        return f"; team {victim.team} is far over its fair share"
+    return ""
+
+
+def decide(snapshot: Snapshot, policy: Policy, now: float) -> Decision:
+    """Which waiting segments start where, which running ones to preempt, and why."""
+    return _Round(snapshot, policy, now).run()

@@ -1,0 +1,162 @@
+"""The scheduler's data: frozen inputs (GPUs, segments, a snapshot), its config
+(a Policy), and its output (a Decision). Nothing here does I/O.
+
+Priority direction: `yoloq.tiers.Tier`, a lower value is more urgent. Every
+rank in this package follows it: rank 1 beats rank 4, and a *delayed* segment
+(its team is over quota) ranks `DELAYED_RANK`, below every tier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from yoloq.tiers import Tier
+
+DELAYED_RANK = int(max(Tier)) + 1
+SHORT, FULL = "short", "full"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device a segment can run on; a declared CPU slot is a Gpu named "CPU"."""
+
+    index: int
+    name: str
+    mem_total_gb: float
+    mem_free_gb: float
+    speed: float = 1.0  # relative to a V100, from yoloq.gpus
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A schedulable time slice of a training job (one flow run of `train-segment`).
+
+    A waiting segment has `started_at=None`. A running one has `started_at`
+    and `gpu_indices`. `est_remaining_s` is the job's remaining training time
+    on a speed-1.0 GPU; `held_window_s` is how long the job held a GPU within
+    the policy's rolling window (the 70% rule).
+    """
+
+    id: str
+    job_id: str
+    team: str
+    tier: Tier
+    submitted_at: float
+    waiting_since: float
+    est_mem_gb: float
+    gpus: int = 1
+    job_class: str = FULL
+    est_remaining_s: float = 600.0
+    epoch: int = 0  # epochs completed so far
+    epochs: int = 1
+    batch: int = 16
+    mem_per_image_gb: float = 0.0  # with fixed_mem_gb: memory model for reduced batch
+    fixed_mem_gb: float = 0.0
+    attained_gpu_s: float = 0.0  # GPUs x seconds run so far (LAS)
+    held_window_s: float = 0.0
+    gpu_indices: tuple[int, ...] = ()
+    started_at: float | None = None
+    last_checkpoint_at: float | None = None
+    stopping: bool = False  # a preemption was already requested
+
+    @property
+    def running(self) -> bool:
+        return self.started_at is not None
+
+    @property
+    def progress(self) -> float:
+        return self.epoch / self.epochs if self.epochs else 0.0
+
+
+Job = Segment  # the scheduler only ever sees a job through its current segment
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything `decide` may look at. `team_usage_tu` is the decayed usage
+    ledger (fair share); `team_period_tu` the spend in the current quota period."""
+
+    gpus: tuple[Gpu, ...]
+    running: tuple[Segment, ...] = ()
+    waiting: tuple[Segment, ...] = ()
+    team_usage_tu: dict[str, float] = field(default_factory=dict)
+    team_period_tu: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A team's Training Unit budget per `period` ("day" or "week", UTC)."""
+
+    tu: float
+    period: str = "day"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Scheduler configuration, resolved once. `ordering` picks the strategy:
+    "tier" (tiers, then fair share), "fifo" (submit order) or "las" (Tiresias
+    2D least-attained-service queues)."""
+
+    name: str = "yoloq"
+    ordering: str = "tier"
+    preemption: bool = True
+    fair_share: bool = True
+    min_runtime_s: float = 300.0
+    aging_step_s: float = 3600.0  # one tier of boost per step waited; 0 = no aging
+    max_aging_tiers: int = 3  # 3 = any tier can reach urgent: the no-starvation bound
+    team_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
+    usage_half_life_s: float = 24 * 3600.0
+    fairshare_preempt_over: float = 2.0  # victim team's usage / entitlement; 0 = off
+    fairshare_preempt_under: float = 0.5  # waiting team's usage / entitlement
+    quotas: dict[str, Quota] = field(default_factory=dict)
+    tier_caps: dict[str, Tier] = field(default_factory=dict)  # team -> most urgent allowed
+    default_tier_cap: Tier = Tier.URGENT
+    long_job_share: float = 0.7  # 0 or >= 1 turns the rule off
+    long_job_window_s: float = 4 * 3600.0
+    share_gpus: bool = False
+    share_max_fraction: float = 0.5  # "small" = estimate <= this share of the GPU
+    allow_reduced_batch: bool = False
+    min_reduced_batch: int = 1
+    segment_s: float = 600.0  # expected segment length (fair share charge, ETA)
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    eta_sigma: float = 0.5  # lognormal sigma of duration estimates (ETA interval)
+
+    def weight(self, team: str) -> float:
+        return self.team_weights.get(team, 1.0)
+
+
+@dataclass(frozen=True)
+class Admission:
+    segment_id: str
+    job_id: str
+    gpu_indices: tuple[int, ...]
+    reason: str
+    batch: int | None = None  # set when the segment runs with a reduced batch
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Ask `segment_id` to stop at its next epoch boundary, for `by_segment_id`."""
+
+    segment_id: str
+    job_id: str
+    by_segment_id: str
+    by_job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuotaBreach:
+    team: str
+    spent_tu: float
+    budget_tu: float
+    period: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: tuple[Admission, ...] = ()
+    preempt: tuple[Preemption, ...] = ()
+    waiting: dict[str, str] = field(default_factory=dict)  # segment id -> reason
+    quota_breaches: tuple[QuotaBreach, ...] = ()

@@ -1,0 +1,98 @@
+"""The scheduling rules, one small named function each.
+
+`decide` composes them; tests exercise them one by one.
+"""
+
+from __future__ import annotations
+
+from work_pools.policy.model import DELAYED_RANK, FULL, SHORT, Policy, Segment
+from yoloq.tiers import Tier
+
+
+def check_tier_allowed(team: str, tier: Tier | str | int, policy: Policy) -> str | None:
+    """Submit-time tier cap: None when `team` may submit at `tier`, else why not."""
+    tier = Tier.parse(tier)
+    cap = policy.tier_caps.get(team, policy.default_tier_cap)
+    if tier.outranks(cap):
+        return (f"team {team!r} may not submit {tier.label} jobs "
+                f"(most urgent allowed: {cap.label})")
+    return None
+
+
+def outranks(candidate_rank: int, victim_rank: int) -> bool:
+    """A victim must be strictly lower priority (a larger rank) than the waiting segment."""
+    return candidate_rank < victim_rank
+
+
+def protected_by_min_runtime(victim: Segment, now: float, policy: Policy) -> bool:
+    """Anti-thrash: a segment that started less than `min_runtime_s` ago is never preempted."""
+    return victim.started_at is not None and now - victim.started_at < policy.min_runtime_s
+
+
+def fair_share_may_preempt(candidate_ratio: float, victim_ratio: float, policy: Policy) -> bool:
+    """Within a tier, a starved team (usage/entitlement <= `fairshare_preempt_under`) may
+    preempt a team far over its share (>= `fairshare_preempt_over`)."""
+    if policy.fairshare_preempt_over <= 0 or not policy.fair_share:
+        return False
+    return (candidate_ratio <= policy.fairshare_preempt_under
+            and victim_ratio >= policy.fairshare_preempt_over)
+
+
+def held_share(seg: Segment, policy: Policy) -> float:
+    """Share of the rolling window during which the job held a GPU."""
+    return seg.held_window_s / policy.long_job_window_s if policy.long_job_window_s > 0 else 0.0
+
+
+def long_job_rule_on(policy: Policy) -> bool:
+    return policy.ordering == "tier" and 0 < policy.long_job_share < 1
+
+
+def yields_to_short(seg: Segment, short_waiting: bool, policy: Policy) -> bool:
+    """The 70% rule: at a segment boundary, a full training that held its GPU more than
+    `long_job_share` of the window goes behind the short experiments waiting at its rank."""
+    return (short_waiting and long_job_rule_on(policy) and seg.job_class == FULL
+            and held_share(seg, policy) > policy.long_job_share)
+
+
+def is_short(seg: Segment) -> bool:
+    return seg.job_class == SHORT
+
+
+def is_small(mem_gb: float, gpu_total_gb: float, policy: Policy) -> bool:
+    """Small enough to share a GPU (when `share_gpus` is on)."""
+    return mem_gb <= policy.share_max_fraction * gpu_total_gb
+
+
+def reduced_batch(seg: Segment, free_gb: float, policy: Policy) -> int | None:
+    """Largest batch below the requested one whose memory fits `free_gb`, or None."""
+    if seg.mem_per_image_gb <= 0:
+        return None
+    fits = int((free_gb - seg.fixed_mem_gb) // seg.mem_per_image_gb)
+    batch = min(seg.batch - 1, fits)
+    return batch if batch >= max(1, policy.min_reduced_batch) else None
+
+
+def victim_key(victim: Segment, rank: int) -> tuple:
+    """Victim preference, best victim first: already stopping, lowest priority, newest
+    checkpoint (least work lost), least progressed, then id (deterministic)."""
+    checkpoint = victim.last_checkpoint_at if victim.last_checkpoint_at is not None else float("-inf")
+    return (not victim.stopping, -rank, -checkpoint, victim.progress, victim.id)
+
+
+def rank_label(rank: int, policy: Policy) -> str:
+    """How a rank reads in reasons: a tier name, "delayed", or a LAS queue."""
+    if policy.ordering == "las":
+        return f"LAS queue {rank}"
+    if policy.ordering == "fifo":
+        return "fifo"
+    if rank >= DELAYED_RANK:
+        return "delayed"
+    return Tier(rank).label
+
+
+def segment_label(seg: Segment, rank: int, policy: Policy) -> str:
+    """"urgent", or "low, aged to high" when waiting raised its rank."""
+    label = rank_label(rank, policy)
+    if policy.ordering == "tier" and rank < int(seg.tier):
+        return f"{seg.tier.label}, aged to {label}"
+    return label

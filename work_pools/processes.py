@@ -1,0 +1,88 @@
+"""Segment processes: start in their own session, kill the whole group, remember PIDs.
+
+PID files under `<state>/pids/segments/` let a restarted worker (or `yoloq down`)
+find segments a crashed worker left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from uuid import UUID
+
+import anyio
+import anyio.abc
+
+from yoloq.paths import state_paths
+
+
+def _pid_dir() -> Path:
+    path = state_paths().pids / "segments"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def start(command: list[str], env: dict[str, str], cwd: Path,
+                stream_output: bool) -> anyio.abc.Process:
+    """Start a process in a new session (its own process group) so it can be killed whole."""
+    out = None if stream_output else subprocess.DEVNULL
+    return await anyio.open_process(command, env=env, cwd=str(cwd), stdout=out, stderr=out,
+                                    start_new_session=True)
+
+
+def kill_group(pid: int, grace_s: float = 3.0) -> bool:
+    """SIGTERM the process group, then SIGKILL it after `grace_s`. True if anything was alive."""
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        return False
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    _signal_group(pgid, signal.SIGKILL)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def record_pid(flow_run_id: UUID, pid: int) -> None:
+    (_pid_dir() / f"{flow_run_id}.pid").write_text(str(pid))
+
+
+def forget_pid(flow_run_id: UUID) -> None:
+    (_pid_dir() / f"{flow_run_id}.pid").unlink(missing_ok=True)
+
+
+def leftover_pids() -> list[tuple[UUID, int]]:
+    found = []
+    for path in _pid_dir().glob("*.pid"):
+        try:
+            found.append((UUID(path.stem), int(path.read_text().strip())))
+        except ValueError:
+            path.unlink(missing_ok=True)
+    return found

@@ -1,0 +1,43 @@
+"""Run the `yolo-gpu` worker for `yoloq up`, exiting promptly on SIGTERM.
+
+The stock `prefect worker start` can take tens of seconds to exit on SIGTERM; here
+SIGTERM cancels the worker, whose teardown stops its segments and marks them
+crashed (their jobs resume from the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+from yoloq import offline
+
+offline.apply()
+
+from work_pools.worker import YoloGpuWorker  # noqa: E402
+from yoloq.settings import GPU_POOL  # noqa: E402
+
+
+async def serve(pool: str, name: str | None) -> None:
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    worker = YoloGpuWorker(work_pool_name=pool, name=name)
+    try:
+        await worker.start()
+    except asyncio.CancelledError:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", default=GPU_POOL)
+    parser.add_argument("--name", default=None)
+    args = parser.parse_args()
+    asyncio.run(serve(args.pool, args.name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""What the worker knows about segments, read from Prefect flow runs.
+
+A segment's parameters carry its `plan` (team, tier, class, memory and epoch
+estimates), set by the parent flow; its labels carry live progress
+(`yoloq.epoch`, `yoloq.checkpoint_at`) and preemption requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from yoloq.tiers import Tier
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    flow_run_id: UUID
+    name: str
+    job_id: str
+    team: str
+    tier: Tier
+    job_class: str
+    est_mem_gb: float
+    est_epoch_s: float
+    epochs: int
+    epochs_done: int
+    stop_after_epoch: int
+    queued_at: float
+    labels: dict[str, str]
+
+    @property
+    def checkpoint_at(self) -> float | None:
+        value = self.labels.get("yoloq.checkpoint_at")
+        return float(value) if value else None
+
+    @property
+    def progress_epoch(self) -> int:
+        return int(self.labels.get("yoloq.epoch", self.epochs_done))
+
+
+def segment_view(flow_run: Any) -> SegmentView:
+    """Build a view from a Prefect FlowRun of the `train-segment` deployment."""
+    params: dict[str, Any] = flow_run.parameters or {}
+    plan: dict[str, Any] = params.get("plan") or {}
+    spec: dict[str, Any] = params.get("spec") or {}
+    queued = flow_run.expected_start_time or flow_run.created
+    return SegmentView(
+        flow_run_id=flow_run.id,
+        name=flow_run.name,
+        job_id=str(params.get("job_id", flow_run.name)),
+        team=str(plan.get("team") or spec.get("team") or "default"),
+        tier=Tier.parse(plan.get("tier") or spec.get("priority") or "normal"),
+        job_class=str(plan.get("job_class", "full")),
+        est_mem_gb=float(plan.get("est_mem_gb") or 0.0),
+        est_epoch_s=float(plan.get("est_epoch_s") or 0.0),
+        epochs=int(plan.get("epochs") or spec.get("epochs") or 1),
+        epochs_done=int(plan.get("epochs_done") or 0),
+        stop_after_epoch=int(params.get("stop_after_epoch") or 0),
+        queued_at=_ts(queued),
+        labels={k: str(v) for k, v in (flow_run.labels or {}).items()},
+    )
+
+
+def _ts(value: datetime | None) -> float:
+    return value.timestamp() if value else 0.0

@@ -1,0 +1,212 @@
+"""Read an ultralytics checkpoint's header without torch.
+
+A `.pt` written by `torch.save` is a zip; `<archive>/data.pkl` holds the pickled
+checkpoint dict, and tensor data lives in separate zip members that we never
+read. We unpickle `data.pkl` with stub classes for everything torch or
+ultralytics would build and a placeholder for every tensor storage, so the
+header (epoch, optimizer present, train args, model YAML, names) is readable in
+milliseconds. Stubs also mean that no code from the file runs: only a short
+allow-list of harmless globals resolves to the real thing.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from yoloq.analysis.models import parse_model_name, task_of_yaml
+from yoloq.errors import ModelError
+
+_SAFE_GLOBALS = {
+    ("collections", "OrderedDict"), ("collections", "defaultdict"), ("builtins", "set"),
+    ("builtins", "frozenset"), ("builtins", "slice"), ("builtins", "complex"), ("builtins", "bytearray"),
+    ("builtins", "range"), ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"),
+    ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "Path"),
+    ("datetime", "datetime"), ("datetime", "timedelta"), ("datetime", "timezone"), ("datetime", "date"),
+}
+_MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
+                "OBBModel": "obb", "ClassificationModel": "classify", "RTDETRDetectionModel": "rtdetr",
+                "WorldModel": "world", "YOLOEModel": "yoloe", "YOLOESegModel": "yoloe-segment"}
+
+
+class Stub:
+    """Stands in for any class or function the checkpoint names; keeps what it is given."""
+
+    _module = "?"
+    _qualname = "?"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Stub":
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._args = args
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state = {**(state[0] or {}), **state[1]}  # (dict state, slot state)
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self._state = state
+
+    def __getitem__(self, key: Any) -> Any:  # IterableSimpleNamespace read like a dict
+        return self.__dict__[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__dict__.get(key, default)
+
+
+class StoragePlaceholder:
+    """Stands in for a tensor storage (its bytes stay in the zip)."""
+
+    def __init__(self, pid: Any) -> None:
+        self.pid = pid
+
+
+class _HeaderUnpickler(pickle.Unpickler):
+    _stubs: dict[tuple[str, str], type] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        key = (module, name)
+        if key not in self._stubs:
+            self._stubs[key] = type(name, (Stub,), {"_module": module, "_qualname": name})
+        return self._stubs[key]
+
+    def persistent_load(self, pid: Any) -> StoragePlaceholder:
+        return StoragePlaceholder(pid)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a checkpoint is, read from its header."""
+
+    path: str
+    family: str  # yolov8, yolo11, ... ("" if the model YAML name is not a YOLO family)
+    version: str  # v8, 11, v5u, ...
+    scale: str
+    task: str
+    nc: int
+    names: tuple[str, ...]
+    model_yaml: str  # the model YAML name the weights were built from
+    resumable: bool  # optimizer state present and epoch >= 0 (a `last.pt` mid-training)
+    epoch: int  # ultralytics' saved epoch index (-1 once stripped)
+    epochs_done: int
+    epochs_planned: int
+    imgsz: int | None
+    ultralytics_version: str
+    date: str
+    model_class: str
+
+    @property
+    def kind(self) -> str:
+        return "resumable" if self.resumable else "final"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "names": list(self.names), "kind": self.kind}
+
+
+def read_header(path: str | Path, field: str = "model") -> dict[str, Any]:
+    """Unpickle `*/data.pkl` of a torch zip checkpoint with stubs; raise ModelError if not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(field, f"checkpoint not found: {path}", "give the path to an existing .pt file")
+    if not zipfile.is_zipfile(path):
+        raise ModelError(field, f"{path.name} is not a torch zip checkpoint",
+                         "give a .pt written by ultralytics (torch.save zip format)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            member = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            if member is None:
+                raise ModelError(field, f"{path.name} has no data.pkl inside",
+                                 "give a .pt written by ultralytics")
+            header = _HeaderUnpickler(archive.open(member)).load()
+    except ModelError:
+        raise
+    except Exception as exc:  # corrupt zip or pickle: one line, no traceback
+        raise ModelError(field, f"{path.name} could not be read ({type(exc).__name__}: {exc})",
+                         "give an intact .pt written by ultralytics") from None
+    if not isinstance(header, dict) or not ({"model", "ema"} & header.keys()):
+        raise ModelError(field, f"{path.name} is not an ultralytics YOLO checkpoint (no model in it)",
+                         "give a .pt written by ultralytics training")
+    return header
+
+
+def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
+    """Fingerprint a checkpoint: family, scale, task, classes, resumable or final, epochs."""
+    header = read_header(path, field)
+    model = header.get("ema") or header.get("model")
+    if not isinstance(model, Stub):
+        raise ModelError(field, f"{Path(path).name} holds no model object",
+                         "give a .pt written by ultralytics training")
+    train_args = _as_dict(header.get("train_args"))
+    cfg = _as_dict(getattr(model, "yaml", None))
+    model_yaml = str(cfg.get("yaml_file") or train_args.get("model") or "")
+    family, scale, _variant = parse_model_name(model_yaml) or ("", "", "")
+    scale = str(cfg.get("scale") or scale)
+    names = _names(getattr(model, "names", None))
+    epoch = int(header.get("epoch", -1) if header.get("epoch") is not None else -1)
+    resumable = header.get("optimizer") is not None and epoch >= 0
+    return Fingerprint(
+        path=str(Path(path).resolve()), family=family,
+        version=_version(family), scale=scale, task=_task(model, train_args, cfg),
+        nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
+        model_yaml=Path(model_yaml).name, resumable=resumable, epoch=epoch,
+        epochs_done=_epochs_done(header, epoch, resumable), epochs_planned=int(train_args.get("epochs") or 0),
+        imgsz=_int_or_none(train_args.get("imgsz")),
+        ultralytics_version=str(header.get("version") or ""), date=str(header.get("date") or ""),
+        model_class=type(model).__name__,
+    )
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, Stub):
+        return {k: v for k, v in vars(value).items() if not k.startswith("_")}
+    return {}
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, dict):
+        return tuple(str(value[k]) for k in sorted(value))
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+def _task(model: Stub, train_args: dict[str, Any], cfg: dict[str, Any]) -> str:
+    by_class = _MODEL_TASKS.get(type(model).__name__)
+    if by_class and by_class != "detect":
+        return by_class
+    args = _as_dict(getattr(model, "args", None))
+    task = args.get("task") or train_args.get("task")
+    if task:
+        return str(task)
+    return task_of_yaml(cfg) if cfg else (by_class or "unknown")
+
+
+def _epochs_done(header: dict[str, Any], epoch: int, resumable: bool) -> int:
+    if resumable:
+        return epoch + 1
+    results = header.get("train_results")
+    if isinstance(results, dict) and isinstance(results.get("epoch"), list) and results["epoch"]:
+        return int(max(results["epoch"]))
+    return max(epoch + 1, 0)
+
+
+def _version(family: str) -> str:
+    from yoloq.analysis.models import VERSIONS
+
+    return VERSIONS.get(family, family.removeprefix("yolo"))
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

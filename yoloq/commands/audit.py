@@ -1,0 +1,46 @@
+"""`yoloq audit [--since ISO|1h|2d] [--team T] [--csv]`: the audit log from Prefect events."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+
+from yoloq.commands._client import stack_client, table
+from yoloq.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", default="7d", help="ISO time or a span like 30m, 12h, 7d")
+    parser.add_argument("--team")
+    parser.add_argument("--job")
+    parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
+
+
+def parse_since(text: str) -> datetime:
+    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
+    if match:
+        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return datetime.now(timezone.utc) - timedelta(**{unit: int(match.group(1))})
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError("--since", f"cannot read {text!r}", "use an ISO time or 30m, 12h, 7d") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def run(args: argparse.Namespace) -> int:
+    from yoloq.auditlog import read_audit
+
+    since = parse_since(args.since)
+    with stack_client() as client:
+        rows = read_audit(client, since=since, job_id=args.job, team=args.team)
+    if args.csv:
+        import pandas as pd
+
+        pd.DataFrame(rows, columns=["occurred", "event", "job", "team", "actor", "reason",
+                                    "details"]).to_csv(sys.stdout, index=False)
+        return 0
+    print(table(rows, ["occurred", "event", "job", "team", "actor", "reason"]))
+    return 0

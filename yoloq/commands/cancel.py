@@ -1,0 +1,34 @@
+"""`yoloq cancel JOB`: cancel a job's parent run and its active segment."""
+
+from __future__ import annotations
+
+import argparse
+
+from yoloq.commands._client import stack_client
+from yoloq.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", help="job id")
+    parser.add_argument("--reason", default="cancelled by user")
+
+
+def run(args: argparse.Namespace) -> int:
+    from prefect.states import Cancelling
+
+    from yoloq.events import emit_job_event
+    from yoloq.jobs import list_jobs
+
+    with stack_client() as client:
+        jobs = list_jobs(client, args.job)
+        if not jobs:
+            raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
+        job = jobs[0]
+        targets = [s for s in job.segments if s.state and not s.state.is_final()]
+        if job.flow_run.state and not job.flow_run.state.is_final():
+            targets.append(job.flow_run)
+        for run_ in targets:
+            client.set_flow_run_state(run_.id, Cancelling(message=args.reason), force=True)
+        emit_job_event("cancelled", job.job_id, job.team, reason=args.reason)
+    print(f"cancelling {job.job_id} ({len(targets)} run(s))")
+    return 0

@@ -1,0 +1,99 @@
+"""`yoloq demo`: three teams, three tiers, one declared slot, live progress."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+DEMO_JOBS = (
+    # name, team, tier, epochs: the low job starts first; the urgent one preempts it.
+    ("nightly-baseline", "platform", "low", 4),
+    ("shapes-tuning", "research", "normal", 2),
+    ("hotfix-detector", "vision", "urgent", 2),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
+    parser.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
+    os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "5")
+    from yoloq.commands.submit import submit_job
+    from yoloq.spec import load_spec
+    from yoloq.stack import up
+
+    stack = up()
+    specs = write_demo_specs(stack.paths.root / "demo")
+    job_ids = []
+    for spec_path in specs:
+        spec = load_spec(spec_path)
+        job_ids.append(submit_job(spec)["job_id"])
+        print(f"submitted {job_ids[-1]:<28} team {spec.team:<9} tier {spec.priority}")
+        time.sleep(8 if spec.priority == "low" else 1)
+    ok = watch(job_ids, args.timeout)
+    print_where_to_look(stack, job_ids)
+    if not args.keep_running:
+        print("(the stack keeps running; stop it with `yoloq down`)")
+    return 0 if ok else 1
+
+
+def write_demo_specs(root: Path) -> list[Path]:
+    from yoloq.synth import synth_dataset
+
+    data = synth_dataset(root / "shapes", train=16, val=8, imgsz=64, seed=0)
+    paths = []
+    for name, team, tier, epochs in DEMO_JOBS:
+        spec = {"name": name, "team": team, "priority": tier, "model": "yolov8n.yaml",
+                "data": str(data), "epochs": epochs, "imgsz": 64, "batch": 8, "segment_epochs": 2,
+                "export": ["torchscript"], "train_args": {"seed": 0, "deterministic": True,
+                                                          "workers": 0, "plots": False}}
+        path = root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+def watch(job_ids: list[str], timeout_s: float) -> bool:
+    """A live progress display: one bar per job, redrawn in place."""
+    from rich.live import Live
+    from rich.table import Table
+
+    from yoloq.commands._client import stack_client
+    from yoloq.jobs import list_jobs
+
+    deadline = time.monotonic() + timeout_s
+    with stack_client() as client, Live(refresh_per_second=2) as live:
+        while True:
+            jobs = {j.job_id: j for j in list_jobs(client)}
+            view = Table(title="yoloq demo")
+            for col in ("job", "team", "tier", "state", "epochs", "segments", "preempted"):
+                view.add_column(col)
+            for job_id in job_ids:
+                j = jobs.get(job_id)
+                if j is None:
+                    continue
+                bar = "#" * j.epochs_done + "." * max(0, j.epochs - j.epochs_done)
+                view.add_row(job_id, j.team, j.tier, j.state, f"[{bar}] {j.epochs_done}/{j.epochs}",
+                             str(len(j.segments)), str(j.preemptions))
+            live.update(view)
+            finals = [jobs[i].flow_run.state.is_final() for i in job_ids if i in jobs]
+            if len(finals) == len(job_ids) and all(finals):
+                return all(jobs[i].flow_run.state.is_completed() for i in job_ids)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.5)
+
+
+def print_where_to_look(stack, job_ids: list[str]) -> None:
+    print(f"\nPrefect UI:      {stack.ui_url}  (deployments, runs, events, queue board artifact)")
+    print(f"MLflow store:    {stack.paths.mlflow_uri}\n"
+          f"                 open it with: mlflow ui --backend-store-uri {stack.paths.mlflow_uri}")
+    print(f"Exported models: {stack.paths.exports}")
+    print(f"Timelines:       yoloq history {job_ids[0]}")

@@ -1,0 +1,156 @@
+"""Run one training segment: epochs [done, stop_after_epoch) of an E-epoch job.
+
+The LR schedule, warmup and epoch counter are the full job's; a segment is not
+a fresh shorter training. Only the segment that completes the job (its last
+epoch, or early stopping) runs ultralytics' final evaluation; every other one
+ends right after an epoch's validation and checkpoint, leaving a resumable file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from yoloq import offline
+from yoloq.errors import UserError
+from yoloq.spec import JobSpec
+
+# Arguments a segment always sets, whatever the spec's train_args say.
+_FORCED = {"resume": False, "save": True, "exist_ok": True, "save_period": -1}
+# Spec fields that must match the checkpoint being resumed.
+_MUST_MATCH = ("model", "epochs", "imgsz", "batch", "seed")
+
+
+@dataclass(frozen=True)
+class SegmentRequest:
+    spec: JobSpec
+    workdir: Path  # node-local scratch: ultralytics' save_dir
+    stop_after_epoch: int  # train until this many epochs are done in total (<= spec.epochs)
+    resume_from: Path | None = None  # a previous segment's checkpoint (may have moved), or None
+    device: str = "cpu"  # "cpu" or "0" (the worker sets CUDA_VISIBLE_DEVICES)
+
+
+class SegmentHooks(Protocol):
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
+        """`epoch` is the 1-based count of epochs done; metrics as in results.csv."""
+
+    def on_checkpoint(self, epoch: int, path: Path) -> None:
+        """After that epoch's checkpoint is written and closed."""
+
+    def should_stop(self, epoch: int) -> bool:
+        """Asked after each resumable checkpoint: True ends the segment there (preemption)."""
+
+
+class NoHooks:
+    """The default: report nothing, never stop early."""
+
+    def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def on_checkpoint(self, epoch: int, path: Path) -> None:
+        return None
+
+    def should_stop(self, epoch: int) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    epochs_done: int  # in total, across all segments so far
+    finished: bool  # the job is complete (last epoch, or ultralytics' early stopping)
+    stopped_early: bool  # should_stop ended it before stop_after_epoch
+    checkpoint: Path  # last.pt: resumable unless finished (then stripped by final_eval)
+    best: Path | None  # best.pt when finished (for evaluate/export), else None
+    save_dir: Path  # results.csv (whole job so far) and plots
+    final_metrics: dict[str, float] | None = field(default=None)  # best.pt's final validation
+
+
+@dataclass
+class _SegmentRun:
+    """yoloq's per-segment state, kept out of the trainer; fed by its callbacks."""
+
+    request: SegmentRequest
+    hooks: Any
+    last_reported: int = 0
+    stopped_early: bool = False
+    final_metrics: dict[str, float] | None = None
+
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        from yoloq.engine.metrics import epoch_metrics
+
+        if trainer.final_evaluating:  # final_eval fires this once more: not a new epoch
+            self.final_metrics = {k: float(v) for k, v in (trainer.metrics or {}).items()}
+            return
+        done = trainer.epoch + 1
+        if done <= self.last_reported:  # a NaN-recovery redo reports its epoch once
+            return
+        self.last_reported = done
+        self.hooks.on_epoch_end(done, epoch_metrics(trainer))
+        if trainer.stop:
+            return  # the job ends here; its checkpoint is reported after final_eval
+        self.hooks.on_checkpoint(done, trainer.last)
+        at_target = done >= self.request.stop_after_epoch
+        if at_target or self.hooks.should_stop(done):
+            self.stopped_early = not at_target
+            trainer.pause_requested = True
+            trainer.stop = True
+
+
+def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> SegmentResult:
+    """Train one segment in this process and return where its outputs are."""
+    hooks = hooks or NoHooks()
+    offline.apply()
+    point = _resume_point(request)
+    from yoloq.engine.trainer import trainer_class  # imports ultralytics
+
+    offline.quiet_ultralytics()
+    trainer = trainer_class(request.spec.model)(overrides=train_overrides(request),
+                                                resume_point=point)
+    run = _SegmentRun(request, hooks)
+    trainer.add_callback("on_fit_epoch_end", run.on_fit_epoch_end)
+    trainer.train()
+    finished = not trainer.pause_requested
+    epochs_done = trainer.epoch + 1
+    if finished:
+        hooks.on_checkpoint(epochs_done, trainer.last)
+    return SegmentResult(
+        epochs_done=epochs_done, finished=finished, stopped_early=run.stopped_early,
+        checkpoint=Path(trainer.last),
+        best=Path(trainer.best) if finished and Path(trainer.best).exists() else None,
+        save_dir=Path(trainer.save_dir), final_metrics=run.final_metrics)
+
+
+def train_overrides(request: SegmentRequest) -> dict[str, Any]:
+    """ultralytics arguments for this segment: the spec's, placed in `workdir`."""
+    spec = request.spec
+    args: dict[str, Any] = {"deterministic": True, **spec.train_args}
+    args.update(model=spec.model, data=spec.data, epochs=spec.epochs, imgsz=spec.imgsz,
+                batch=spec.batch, seed=spec.seed, name=spec.name, device=request.device,
+                save_dir=str(Path(request.workdir).resolve()), **_FORCED)
+    return args
+
+
+def _resume_point(request: SegmentRequest) -> Any:
+    """Validate the request; load and check the checkpoint it resumes from, if any."""
+    epochs = request.spec.epochs
+    if not 1 <= request.stop_after_epoch <= epochs:
+        raise UserError("stop_after_epoch", f"{request.stop_after_epoch} is outside 1..{epochs}",
+                        f"use a value between 1 and the job's {epochs} epochs")
+    if request.resume_from is None:
+        return None
+    from yoloq.engine.checkpoint import read_resume_point
+
+    point = read_resume_point(request.resume_from)
+    if point.epochs_done >= request.stop_after_epoch:
+        raise UserError("stop_after_epoch",
+                        f"{request.stop_after_epoch} epochs are already done in {point.path}",
+                        f"ask for more than {point.epochs_done}")
+    expected = train_overrides(request)
+    for key in _MUST_MATCH:
+        saved = point.train_args.get(key)
+        if str(saved) != str(expected[key]):
+            raise UserError(f"spec.{key}", f"checkpoint was trained with {key}={saved!r}, "
+                            f"the spec says {expected[key]!r}",
+                            "resume with the job's original spec")
+    return point

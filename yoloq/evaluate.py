@@ -1,0 +1,98 @@
+"""Validate a job's best weights: on the dataset's `test` split when it has one, else `val`.
+
+Returns plain data (metrics under ultralytics' own names, one row per class) that
+the flow turns into MLflow metrics and a Prefect table artifact.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from yoloq import offline
+from yoloq.paths import state_paths
+
+_ULTRALYTICS_INTEGRATIONS = ("sync", "mlflow", "clearml", "comet", "dvc", "hub", "neptune",
+                             "raytune", "tensorboard", "wandb")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    split: str                                  # "test" or "val"
+    metrics: dict[str, float]                   # e.g. "metrics/mAP50(B)": 0.61
+    per_class: list[dict[str, Any]]             # rows for a table artifact
+    speed_ms: dict[str, float] = field(default_factory=dict)  # per image: inference, ...
+    save_dir: Path | None = None
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        """The per-class rows, under the name Prefect's table artifact uses."""
+        return self.per_class
+
+
+def load_yolo(weights: Path, task: str | None = None) -> Any:
+    """An ultralytics YOLO model from a local file, with the offline setup applied."""
+    offline.apply()
+    from ultralytics import YOLO
+
+    quiet_ultralytics()
+    return YOLO(str(weights), task=task)
+
+
+def quiet_ultralytics() -> None:
+    """`offline.quiet_ultralytics()`, tolerating settings this ultralytics version lacks."""
+    try:
+        offline.quiet_ultralytics()
+    except KeyError:  # e.g. no 'hub'/'neptune' setting in ultralytics 8.4
+        from ultralytics.utils import SETTINGS
+
+        wanted = {k: False for k in _ULTRALYTICS_INTEGRATIONS if k in SETTINGS}
+        if any(SETTINGS.get(k) is not False for k in wanted):
+            SETTINGS.update(wanted)
+
+
+def evaluation_split(data: Path) -> str:
+    """`test` when the data YAML declares a non-empty test split, else `val`."""
+    config = yaml.safe_load(Path(data).read_text()) or {}
+    return "test" if config.get("test") else "val"
+
+
+def evaluate(weights: Path, data: Path, imgsz: int, batch: int, device: str = "cpu",
+             workdir: Path | None = None, *, workers: int = 2) -> EvalResult:
+    """Run ultralytics validation of `weights` on the test split (or val)."""
+    split = evaluation_split(data)
+    project = Path(workdir) if workdir else Path(tempfile.mkdtemp(dir=_scratch(), prefix="eval-"))
+    results = load_yolo(weights).val(
+        data=str(data), split=split, imgsz=imgsz, batch=batch, device=device, workers=workers,
+        project=str(project), name="eval", exist_ok=True, plots=False, verbose=False)
+    return EvalResult(split=split, metrics=metrics_of(results), per_class=per_class_rows(results),
+                      speed_ms={k: float(v) for k, v in (results.speed or {}).items()},
+                      save_dir=Path(results.save_dir))
+
+
+def metrics_of(results: Any) -> dict[str, float]:
+    """ultralytics' results_dict as plain floats (names as in results.csv)."""
+    return {name: float(value) for name, value in results.results_dict.items()}
+
+
+def per_class_rows(results: Any) -> list[dict[str, Any]]:
+    """One row per class with plain Python values, for a Prefect table artifact."""
+    return [{key: _plain(value) for key, value in row.items()}
+            for row in results.summary(decimals=4)]
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> int/float/str so rows serialise as JSON."""
+    if hasattr(value, "item"):
+        value = value.item()
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+def _scratch() -> Path:
+    folder = state_paths().ensure().scratch
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -1,0 +1,134 @@
+"""Export best weights (TorchScript by default, ONNX with the `onnx` extra) and prove
+each exported file works by loading it back and running validation on it.
+
+Nothing is ever installed at run time: a missing `onnx` package is a UserError
+raised before any work starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from yoloq.errors import UserError
+from yoloq.evaluate import load_yolo, metrics_of
+from yoloq.spec import EXPORT_FORMATS
+
+DEFAULT_FORMATS = ("torchscript",)
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    format: str
+    path: Path
+    size: int                        # bytes
+    verification: dict[str, float]   # validation metrics of the exported file itself
+    verified_by: str                 # how: "ultralytics val (torchscript)", ...
+
+
+class ExportVerificationError(RuntimeError):
+    """An exported file could not be loaded back or validated."""
+
+
+def export(weights: Path, formats: list[str], dest_dir: Path, data: Path, imgsz: int,
+           device: str = "cpu") -> list[ExportedModel]:
+    """Export `weights` into `dest_dir` in each format, verifying every file."""
+    chosen = _check_formats(formats)
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    source = _copy_into(Path(weights), dest_dir)
+    return [_export_one(source, fmt, data, imgsz, device) for fmt in chosen]
+
+
+def _check_formats(formats: list[str]) -> list[str]:
+    """Normalise the list and fail early on what cannot work here."""
+    chosen = list(dict.fromkeys(f.strip().lower() for f in formats)) or list(DEFAULT_FORMATS)
+    unknown = [f for f in chosen if f not in EXPORT_FORMATS]
+    if unknown:
+        raise UserError("export", f"unknown format {unknown[0]!r}",
+                        f"use one of: {', '.join(EXPORT_FORMATS)}")
+    if "onnx" in chosen and not _importable("onnx"):
+        raise UserError("export", "ONNX export needs the onnx package", "pip install 'yoloq[onnx]'")
+    return chosen
+
+
+def _importable(module: str) -> bool:
+    """True when `import module` works (honours a `sys.modules[name] = None` block)."""
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _copy_into(weights: Path, dest_dir: Path) -> Path:
+    """ultralytics writes exports beside the weights: put a copy in dest_dir first."""
+    target = dest_dir / weights.name
+    if weights.resolve() != target.resolve():
+        shutil.copyfile(weights, target)
+    return target
+
+
+def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) -> ExportedModel:
+    options: dict[str, Any] = {}
+    if fmt == "onnx":  # simplifying needs onnxslim; without it ultralytics would try to install it
+        options["simplify"] = importlib.util.find_spec("onnxslim") is not None
+    with _quiet_torch_jit():
+        path = Path(load_yolo(weights).export(format=fmt, imgsz=imgsz, device=device, **options))
+        metrics, verified_by = _verify(path, fmt, data, imgsz, device)
+    return ExportedModel(format=fmt, path=path, size=path.stat().st_size,
+                         verification=metrics, verified_by=verified_by)
+
+
+def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[dict[str, float], str]:
+    """Load the exported file with ultralytics and validate it on the val split.
+
+    ONNX runs through onnxruntime when installed, else through OpenCV's DNN
+    module (a dependency of ultralytics), after `onnx.checker` accepts the graph.
+    """
+    how = f"ultralytics val ({fmt})"
+    options: dict[str, Any] = {}
+    if fmt == "onnx":
+        _check_onnx_graph(path)
+        if importlib.util.find_spec("onnxruntime") is None:
+            options["dnn"] = True
+            how = "onnx.checker + ultralytics val (onnx via OpenCV DNN)"
+        else:
+            how = "onnx.checker + ultralytics val (onnx via onnxruntime)"
+    with tempfile.TemporaryDirectory(prefix="yoloq-verify-") as project:
+        try:
+            results = load_yolo(path, task="detect").val(
+                data=str(data), imgsz=imgsz, batch=1, device=device, workers=0,
+                project=project, name=fmt, plots=False, verbose=False, **options)
+        except Exception as error:  # noqa: BLE001 - any failure means "not verified"
+            raise ExportVerificationError(f"{path.name}: validation of the export failed: "
+                                          f"{error}") from error
+    metrics = metrics_of(results)
+    if not metrics:
+        raise ExportVerificationError(f"{path.name}: validation returned no metrics")
+    return metrics, how
+
+
+def _check_onnx_graph(path: Path) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as error:
+        raise ExportVerificationError(f"{path.name}: onnx.checker refused the graph: {error}") from error
+
+
+@contextmanager
+def _quiet_torch_jit() -> Iterator[None]:
+    """TorchScript still works; torch's deprecation notice is noise for users."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated",
+                                category=FutureWarning)
+        yield

@@ -1,0 +1,94 @@
+"""Read jobs and their segments back from Prefect (the system of record)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from yoloq.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    team: str
+    tier: str
+    state: str
+    epochs: int
+    epochs_done: int = 0
+    segments: list[Any] = field(default_factory=list)
+    flow_run: Any = None
+
+    @property
+    def preemptions(self) -> int:
+        return sum(1 for s in self.segments if s.state and s.state.name == "Preempted")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "team": self.team, "tier": self.tier, "state": self.state,
+                "epochs": self.epochs, "epochs_done": self.epochs_done,
+                "segments": len(self.segments), "preemptions": self.preemptions,
+                "flow_run_id": str(self.flow_run.id) if self.flow_run else None}
+
+
+def _runs(client, deployment: str, limit: int = 200, name: str | None = None):
+    from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterName,
+                                                FlowRunFilter, FlowRunFilterName)
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    flt = FlowRunFilter(name=FlowRunFilterName(any_=[name])) if name else None
+    return client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/")[1]])),
+        flow_run_filter=flt, sort=FlowRunSort.START_TIME_DESC, limit=limit)
+
+
+def segments_of(client, job_id: str) -> list[Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
+        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=500)
+    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None]
+
+
+def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRecord]:
+    records = []
+    for run in _runs(client, JOB_DEPLOYMENT, limit, name=job_id):
+        spec = (run.parameters or {}).get("spec") or {}
+        rid = run.name
+        segments = segments_of(client, rid)
+        done = max([_epoch(s) for s in segments] or [0])
+        records.append(JobRecord(job_id=rid, team=spec.get("team", "?"),
+                                 tier=spec.get("priority", "normal"),
+                                 state=run.state.name if run.state else "?",
+                                 epochs=int(spec.get("epochs", 0)), epochs_done=done,
+                                 segments=segments, flow_run=run))
+    return records
+
+
+def _epoch(segment: Any) -> int:
+    labels = segment.labels or {}
+    if "yoloq.epoch" in labels:
+        return int(labels["yoloq.epoch"])
+    if segment.state and segment.state.is_completed():
+        return int((segment.parameters or {}).get("stop_after_epoch", 0))
+    return int(((segment.parameters or {}).get("plan") or {}).get("epochs_done", 0))
+
+
+def active_segments(client) -> list[Any]:
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState,
+                                                FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+
+    flt = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
+        StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.CANCELLING])))
+    runs = _runs_filtered(client, SEGMENT_DEPLOYMENT, flt)
+    return runs
+
+
+def _runs_filtered(client, deployment: str, flt):
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    return client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/")[1]])),
+        flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=1000)

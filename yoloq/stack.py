@@ -1,0 +1,212 @@
+"""The embedded stack: Prefect server, pools and deployments, the job runner and the GPU worker.
+
+Every process is started in its own session with its PID recorded under
+`<state>/pids/`, so `down` can stop whole process groups; a last sweep kills any
+process whose environment names this state folder (segments orphaned by a
+killed worker included). `up` is idempotent and recovers runs a previous
+`down` interrupted, so nothing submitted is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from yoloq import offline
+from yoloq.errors import UserError
+from yoloq.paths import StatePaths, state_paths
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SERVICES = ("server", "runner", "worker")
+STOP_GRACE_S = 8.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    paths: StatePaths
+    port: int
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def current_stack(port: int | None = None) -> Stack:
+    paths = offline.apply()
+    chosen = port or int(os.environ.get("YOLOQ_PORT") or _saved_port(paths) or offline.PREFECT_PORT_DEFAULT)
+    return Stack(paths, chosen)
+
+
+def stack_env(stack: Stack) -> dict[str, str]:
+    """Environment for every yoloq process: offline settings, profile, API URL, state folder."""
+    offline.apply(stack.paths)
+    env = dict(os.environ)
+    env.update({
+        "YOLOQ_HOME": str(stack.paths.root),
+        "YOLOQ_PORT": str(stack.port),
+        "YOLOQ_PROJECT_DIR": str(PROJECT_DIR),
+        "PREFECT_PROFILES_PATH": str(PROJECT_DIR / "profiles" / "profiles.toml"),
+        "PREFECT_PROFILE": os.environ.get("YOLOQ_PROFILE", "local"),
+        "PREFECT_HOME": str(stack.paths.prefect_home),
+        "PREFECT_API_URL": stack.api_url,
+        "PREFECT_SERVER_API_HOST": "127.0.0.1",
+        "PREFECT_SERVER_API_PORT": str(stack.port),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_DIR), env.get("PYTHONPATH")])),
+    })
+    return env
+
+
+def use_stack(stack: Stack) -> None:
+    """Point this process's Prefect client at the stack (before importing prefect)."""
+    os.environ.update(stack_env(stack))
+
+
+def up(port: int | None = None, echo=print) -> Stack:
+    stack = current_stack(port)
+    stack.paths.ensure()
+    (stack.paths.root / "port").write_text(str(stack.port))
+    env = stack_env(stack)
+    fresh = not _running(stack, "server")
+    if fresh:
+        _start(stack, "server", [sys.executable, "-m", "prefect", "server", "start", "--host",
+                                 "127.0.0.1", "--port", str(stack.port), "--no-services"
+                                 if os.environ.get("YOLOQ_SERVER_NO_SERVICES") else ""], env)
+    _wait_healthy(stack, timeout_s=90)
+    echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
+    use_stack(stack)
+    from yoloq.deploy import ensure_pools_and_deployments, recover_interrupted
+
+    ensure_pools_and_deployments(env, echo)
+    if not _running(stack, "runner") or not _running(stack, "worker"):
+        recover_interrupted(echo)
+    if not _running(stack, "runner"):
+        _start(stack, "runner", [sys.executable, "-m", "work_pools.run_runner"], env)
+    if not _running(stack, "worker"):
+        _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)
+    echo("job runner and yolo-gpu worker running")
+    return stack
+
+
+def down(echo=print) -> int:
+    """Stop everything `up` started for this state folder. Returns how many processes stopped."""
+    stack = current_stack()
+    stopped = 0
+    for name in reversed(SERVICES):
+        pid = _read_pid(stack, name)
+        if pid and _signal_group(pid, signal.SIGTERM):
+            stopped += 1
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(_running(stack, n) for n in SERVICES):
+        time.sleep(0.2)
+    for name in SERVICES:
+        pid = _read_pid(stack, name)
+        if pid:
+            _signal_group(pid, signal.SIGKILL)
+        (stack.paths.pids / f"{name}.pid").unlink(missing_ok=True)
+    stopped += sweep_processes(stack.paths.root)
+    echo(f"stopped ({stopped} process group(s)); state kept in {stack.paths.root}")
+    return stopped
+
+
+def sweep_processes(root: Path) -> int:
+    """SIGKILL every process (but this one and its ancestors) started for this state folder."""
+    import psutil
+
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    killed = 0
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid in mine:
+            continue
+        try:
+            if proc.environ().get("YOLOQ_HOME") == str(root) and proc.environ().get("YOLOQ_STACK") == "1":
+                proc.kill()
+                killed += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return killed
+
+
+def status_line(stack: Stack) -> str:
+    parts = [f"{name}: {'up' if _running(stack, name) else 'down'}" for name in SERVICES]
+    return f"{stack.ui_url}  " + ", ".join(parts)
+
+
+def _start(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
+    log = open(stack.paths.logs / f"{name}.log", "ab")
+    child_env = {**env, "YOLOQ_STACK": "1"}
+    proc = subprocess.Popen([c for c in command if c], cwd=PROJECT_DIR, env=child_env,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    (stack.paths.pids / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def _wait_healthy(stack: Stack, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if healthy(stack):
+            return
+        if not _running(stack, "server"):
+            break
+        time.sleep(0.3)
+    log = stack.paths.logs / "server.log"
+    tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+    raise UserError("server", f"Prefect server did not become healthy on {stack.api_url}",
+                    f"see {log}; last lines: {tail.strip().splitlines()[-1:] or ['(none)']}")
+
+
+def healthy(stack: Stack) -> bool:
+    try:
+        with urllib.request.urlopen(f"{stack.api_url}/health", timeout=1) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _running(stack: Stack, name: str) -> bool:
+    pid = _read_pid(stack, name)
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        import psutil
+
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except Exception:
+        return True
+
+
+def _read_pid(stack: Stack, name: str) -> int | None:
+    path = stack.paths.pids / f"{name}.pid"
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(os.getpgid(pid), sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _saved_port(paths: StatePaths) -> int | None:
+    try:
+        return int((paths.root / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,46 @@
+"""A job's timeline: queued, started, preempted by whom at which epoch, resumed, finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
+    from yoloq.jobs import list_jobs
+
+    jobs = list_jobs(client, job_id)
+    if not jobs:
+        return []
+    job = jobs[0]
+    rows: list[dict[str, Any]] = [_at(job.flow_run.created, "submitted",
+                                      f"team {job.team}, tier {job.tier}, {job.epochs} epochs")]
+    for i, seg in enumerate(job.segments):
+        params = seg.parameters or {}
+        start_epoch = (params.get("plan") or {}).get("epochs_done", 0)
+        target = params.get("stop_after_epoch")
+        rows.append(_at(seg.created, "queued", f"{seg.name}: epochs {start_epoch}->{target}"))
+        if seg.start_time:
+            verb = "resumed" if i > 0 else "started"
+            rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {start_epoch}"))
+        rows.extend(_ending(seg))
+    if job.flow_run.state and job.flow_run.state.is_final():
+        rows.append(_at(job.flow_run.end_time or job.flow_run.state.timestamp,
+                        job.flow_run.state.name.lower(), job.flow_run.state.message or ""))
+    return sorted(rows, key=lambda r: r["time"])
+
+
+def _ending(seg: Any) -> list[dict[str, Any]]:
+    state = seg.state
+    if not state or not state.is_final():
+        return []
+    labels = seg.labels or {}
+    when = seg.end_time or state.timestamp
+    if state.name == "Preempted" or labels.get("yoloq.preempt") == "requested":
+        by = labels.get("yoloq.preempted_by", "?")
+        return [_at(when, "preempted", f"by {by} at epoch {labels.get('yoloq.epoch', '?')}: "
+                                       f"{labels.get('yoloq.preempt_reason', '')}")]
+    return [_at(when, state.name.lower(), f"{seg.name}: {state.message or ''}".strip())]
+
+
+def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
+    return {"time": when.isoformat() if when else "", "what": what, "detail": detail}
