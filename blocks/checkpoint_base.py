@@ -134,6 +134,51 @@ class CheckpointStore(Block, ABC):
         """A URI for logs and docs (`file:///...`, `s3://bucket/prefix`)."""
         return type(self).__name__
 
+    # ---- `CheckpointStore.load(name)` finds a saved document of any concrete store.
+    # Prefect looks documents up by the calling class's slug; the interface has no
+    # documents of its own, so it asks each concrete store in turn. These are private
+    # Prefect hooks (prefect is pinned to one minor line): test them against a server.
+
+    @classmethod
+    def _concrete_stores(cls) -> builtins.list[type["CheckpointStore"]]:
+        found, pending = [], builtins.list(cls.__subclasses__())
+        while pending:
+            sub = pending.pop(0)
+            pending.extend(sub.__subclasses__())
+            if ABC not in sub.__bases__:
+                found.append(sub)
+        return found
+
+    @classmethod
+    def _get_block_document(cls, name: str, client: Any) -> Any:
+        if cls is not CheckpointStore:
+            return super()._get_block_document(name, client)
+        for store in cls._concrete_stores():
+            try:
+                return store._get_block_document(name, client)
+            except ValueError:
+                continue
+        raise ValueError(f"Unable to find a checkpoint store block document named {name}")
+
+    @classmethod
+    async def _aget_block_document(cls, name: str, client: Any) -> Any:
+        if cls is not CheckpointStore:
+            return await super()._aget_block_document(name, client)
+        for store in cls._concrete_stores():
+            try:
+                return await store._aget_block_document(name, client)
+            except ValueError:
+                continue
+        raise ValueError(f"Unable to find a checkpoint store block document named {name}")
+
+    @classmethod
+    def _from_block_document(cls, block_document: Any) -> Any:
+        if cls is CheckpointStore and block_document.block_type is not None:
+            for store in cls._concrete_stores():
+                if store.get_block_type_slug() == block_document.block_type.slug:
+                    return store._from_block_document(block_document)
+        return super()._from_block_document(block_document)
+
     # ---- the public interface
 
     def save(self, job_id: Any = None, epoch: int | None = None, path: Path | str | None = None,

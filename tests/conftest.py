@@ -54,3 +54,35 @@ def session_dir() -> Path:
 @pytest.fixture(scope="session")
 def netguard_log() -> Path:
     return _NETGUARD_LOG
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def yoloq_stack():
+    """One real embedded stack per test session: Prefect server (SQLite), pools, deployments,
+    job runner and yolo-gpu worker with one declared CPU slot. Stopped at the end."""
+    from yoloq import stack as stack_mod
+
+    os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
+    os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "0")
+    os.environ["YOLOQ_PORT"] = str(_free_port())
+    stack = stack_mod.up(echo=lambda *a: None)
+    try:
+        yield stack
+    finally:
+        stack_mod.down(echo=lambda *a: None)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(session_dir: Path) -> Path:
+    """A small real detection dataset (coloured shapes) shared by the training tests."""
+    from yoloq.synth import synth_dataset
+
+    return synth_dataset(session_dir / "shapes", train=8, val=4, imgsz=64, seed=0)

@@ -96,6 +96,7 @@ def test_export_torchscript_verifies_and_registers(best: Path, dataset: dict, tm
     assert model.size == model.path.stat().st_size > 1000
     assert "metrics/mAP50-95(B)" in model.verification
     assert "torchscript" in model.verified_by
+    assert 0 <= model.max_output_diff < 1e-2
 
     tracker = JobTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "yoloq-test")
     run_id = tracker.run_for_job("job-export")
@@ -114,6 +115,7 @@ def test_export_onnx_is_checked_and_validated(best: Path, dataset: dict, tmp_pat
     assert onnx_model.path.suffix == ".onnx" and onnx_model.size > 1000
     assert "onnx.checker" in onnx_model.verified_by
     assert "metrics/mAP50(B)" in onnx_model.verification
+    assert 0 <= onnx_model.max_output_diff < 1e-2
 
 
 def test_unknown_format_is_a_user_error(best: Path, dataset: dict, tmp_path: Path) -> None:
@@ -161,3 +163,26 @@ def test_ultralytics_mlflow_callback_stays_off(best: Path, dataset: dict, worksp
     assert SETTINGS["mlflow"] is False
     leftovers = {p.name for p in workspace.iterdir()} & {"mlflow.db", "mlruns", "runs", "mlartifacts"}
     assert not leftovers
+
+
+@pytest.mark.parametrize("change, message", [
+    pytest.param("perturb", "outputs differ from PyTorch's", id="same-shape-other-weights"),
+    pytest.param("untrained-80-classes", "output shape", id="other-architecture"),
+])
+def test_output_check_rejects_an_export_of_other_weights(best: Path, dataset: dict, tmp_path: Path,
+                                                         change: str, message: str) -> None:
+    import torch
+
+    from yoloq.export import ExportVerificationError, _output_difference
+
+    [model] = export(best, ["torchscript"], tmp_path / "exports", dataset["data"], imgsz=IMGSZ)
+    other = tmp_path / "other.pt"
+    if change == "perturb":
+        checkpoint = torch.load(best, weights_only=False)
+        for parameter in checkpoint["model"].parameters():
+            parameter.data.mul_(1.5)
+        torch.save(checkpoint, other)
+    else:
+        load_yolo(Path("yolov8n.yaml")).save(other)
+    with pytest.raises(ExportVerificationError, match=message):
+        _output_difference(other, model.path, IMGSZ, "cpu")

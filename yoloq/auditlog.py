@@ -15,7 +15,7 @@ def read_audit(client: Any, since: datetime | None = None, job_id: str | None = 
     resource = EventResourceFilter(id=[f"yoloq.job.{job_id}"]) if job_id else None
     flt = EventFilter(occurred=EventOccurredFilter(since=since),
                       event=EventNameFilter(prefix=["yoloq."]), resource=resource)
-    page = client.read_events(filter=flt, limit=min(limit, 200))
+    page = client.read_events(filter=flt, limit=min(limit, 50))
     events = list(page.events)
     while page.next_page and len(events) < limit:
         page = client.read_events_page(page.next_page)

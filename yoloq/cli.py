@@ -30,16 +30,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """All commands are listed; only `only` (the one being run) imports its module."""
     parser = argparse.ArgumentParser(prog="yoloq", description=__doc__.splitlines()[0])
     parser.add_argument("--home", help="state folder (default: $YOLOQ_HOME or ./.yoloq)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
-        mod = _module(module)
-        adder = getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
-        adder(command)
+        if only is None or name == only:
+            mod = _module(module)
+            adder = getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+            adder(command)
     return parser
+
+
+def _chosen(argv: list[str]) -> str | None:
+    return next((a for a in argv if a in COMMANDS), None)
 
 
 def _module(name: str):
@@ -47,7 +53,8 @@ def _module(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=_chosen(argv) or "").parse_args(argv)
     if args.home:
         import os
 

@@ -22,6 +22,9 @@ from yoloq.evaluate import load_yolo, metrics_of
 from yoloq.spec import EXPORT_FORMATS
 
 DEFAULT_FORMATS = ("torchscript",)
+# Largest raw-output difference accepted, relative to the output's magnitude (fp32 exports
+# measured about 1e-7 here: float reassociation, not a different model).
+OUTPUT_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class ExportedModel:
     size: int                        # bytes
     verification: dict[str, float]   # validation metrics of the exported file itself
     verified_by: str                 # how: "ultralytics val (torchscript)", ...
+    max_output_diff: float           # largest |exported - PyTorch| raw output on one input
 
 
 class ExportVerificationError(RuntimeError):
@@ -80,11 +84,12 @@ def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) ->
     options: dict[str, Any] = {}
     if fmt == "onnx":  # simplifying needs onnxslim; without it ultralytics would try to install it
         options["simplify"] = importlib.util.find_spec("onnxslim") is not None
-    with _quiet_torch_jit():
+    with _quiet_export_warnings():
         path = Path(load_yolo(weights).export(format=fmt, imgsz=imgsz, device=device, **options))
         metrics, verified_by = _verify(path, fmt, data, imgsz, device)
-    return ExportedModel(format=fmt, path=path, size=path.stat().st_size,
-                         verification=metrics, verified_by=verified_by)
+        difference = _output_difference(weights, path, imgsz, device)
+    return ExportedModel(format=fmt, path=path, size=path.stat().st_size, verification=metrics,
+                         verified_by=verified_by, max_output_diff=difference)
 
 
 def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[dict[str, float], str]:
@@ -116,6 +121,31 @@ def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[
     return metrics, how
 
 
+def _output_difference(weights: Path, exported: Path, imgsz: int, device: str) -> float:
+    """Feed one fixed input to the PyTorch weights and the exported file; compare raw outputs."""
+    import torch
+    from ultralytics.nn.autobackend import AutoBackend
+    from ultralytics.utils.torch_utils import select_device
+
+    torch_device = select_device(device, verbose=False)
+    dnn = exported.suffix == ".onnx" and importlib.util.find_spec("onnxruntime") is None
+    image = torch.rand(1, 3, imgsz, imgsz, generator=torch.Generator().manual_seed(0)).to(torch_device)
+    outputs = []
+    for path, options in ((weights, {}), (exported, {"dnn": dnn})):
+        backend = AutoBackend(str(path), device=torch_device, fp16=False, verbose=False, **options)
+        output = backend(image)
+        output = output[0] if isinstance(output, (list, tuple)) else output
+        outputs.append(torch.as_tensor(output).float().cpu())
+    reference, candidate = outputs
+    if reference.shape != candidate.shape:
+        raise ExportVerificationError(f"{exported.name}: output shape {tuple(candidate.shape)} "
+                                      f"differs from PyTorch's {tuple(reference.shape)}")
+    difference = float((reference - candidate).abs().max())
+    if difference > OUTPUT_TOLERANCE * max(1.0, float(reference.abs().max())):
+        raise ExportVerificationError(f"{exported.name}: outputs differ from PyTorch's by {difference:.3g}")
+    return difference
+
+
 def _check_onnx_graph(path: Path) -> None:
     import onnx
 
@@ -126,9 +156,15 @@ def _check_onnx_graph(path: Path) -> None:
 
 
 @contextmanager
-def _quiet_torch_jit() -> Iterator[None]:
-    """TorchScript still works; torch's deprecation notice is noise for users."""
+def _quiet_export_warnings() -> Iterator[None]:
+    """torch's tracing and deprecation notices are noise for users: the exports work."""
+    import torch
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated",
                                 category=FutureWarning)
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+        warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                module=r"ultralytics\.utils\.export")
         yield

@@ -46,7 +46,7 @@ def segments_of(client, job_id: str) -> list[Any]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
-        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=500)
+        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
     return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None]
 
 
@@ -91,4 +91,4 @@ def _runs_filtered(client, deployment: str, flt):
 
     return client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/")[1]])),
-        flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=1000)
+        flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)

@@ -87,6 +87,6 @@ def quiet_ultralytics() -> None:
     wanted = {"sync": False, "mlflow": False, "clearml": False, "comet": False, "dvc": False,
               "hub": False, "neptune": False, "raytune": False, "tensorboard": False,
               "wandb": False}
-    current = {k: SETTINGS.get(k) for k in wanted}
-    if current != wanted:
+    wanted = {k: v for k, v in wanted.items() if k in SETTINGS}  # keys vary by version
+    if any(SETTINGS.get(k) != v for k, v in wanted.items()):
         SETTINGS.update(wanted)

@@ -36,6 +36,8 @@ _OWNED_TRAIN_ARGS = {
     "mode": "remove it: a job always trains",
     "task": "remove it: the task comes from the model",
 }
+# Boolean arguments whose value yoloq reads (others, like `cache`, also accept strings).
+_BOOL_TRAIN_ARGS = {"amp", "deterministic", "cos_lr", "single_cls", "rect", "val", "plots"}
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
@@ -89,12 +91,9 @@ class JobSpec(BaseModel):
     @field_validator("train_args")
     @classmethod
     def _train_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        known = ultralytics_train_args()
-        for key in value:
-            if key in _OWNED_TRAIN_ARGS:
-                raise ValueError(f"{key!r} is not allowed here: {_OWNED_TRAIN_ARGS[key]}")
-            if known and key not in known:
-                raise ValueError(f"unknown ultralytics argument {key!r}{_suggest(key, known)}")
+        problem = _train_args_problem(value)
+        if problem:
+            raise ValueError(f"{problem[0]}: {problem[1]}")
         return value
 
     @property
@@ -107,13 +106,40 @@ class JobSpec(BaseModel):
 
 
 @functools.lru_cache(maxsize=1)
-def ultralytics_train_args() -> frozenset[str]:
-    """ultralytics' own argument names, read from its default.yaml without importing it."""
+def ultralytics_train_defaults() -> dict[str, Any]:
+    """ultralytics' arguments and defaults, read from its default.yaml without importing it."""
     found = importlib.util.find_spec("ultralytics")
     if found is None or not found.submodule_search_locations:
-        return frozenset()
+        return {}
     cfg = Path(list(found.submodule_search_locations)[0]) / "cfg" / "default.yaml"
-    return frozenset(yaml.safe_load(cfg.read_text()).keys())
+    return dict(yaml.safe_load(cfg.read_text()))
+
+
+def ultralytics_train_args() -> frozenset[str]:
+    """ultralytics' own argument names."""
+    return frozenset(ultralytics_train_defaults())
+
+
+def _train_args_problem(value: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(key, problem, fix) for the first bad `train_args` entry, or None."""
+    defaults = ultralytics_train_defaults()
+    for key, given in value.items():
+        key = str(key)
+        if key in _OWNED_TRAIN_ARGS:
+            return key, "is set by yoloq, not in train_args", _OWNED_TRAIN_ARGS[key]
+        if defaults and key not in defaults:
+            return key, "unknown ultralytics argument" + _suggest(key, defaults), \
+                "see ultralytics' train settings (cfg/default.yaml)"
+        expected = defaults.get(key)
+        if _is_number(expected) and not _is_number(given):
+            return key, f"must be a number, not {given!r}", f"write e.g. `{key}: {expected}`"
+        if key in _BOOL_TRAIN_ARGS and not isinstance(given, bool):
+            return key, f"must be true or false, not {given!r}", f"write `{key}: {str(expected).lower()}`"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _suggest(key: str, candidates: "set[str] | frozenset[str] | list[str]") -> str:
@@ -140,6 +166,11 @@ def parse_spec(raw: Any, base_dir: Path | None = None) -> JobSpec:
         if key not in fields:
             raise SpecError(str(key), "unknown field" + _suggest(str(key), fields),
                             f"valid fields: {', '.join(sorted(fields))}")
+    train_args = raw.get("train_args")
+    if isinstance(train_args, dict):
+        problem = _train_args_problem(train_args)
+        if problem:
+            raise SpecError(f"train_args.{problem[0]}", problem[1], problem[2])
     try:
         spec = JobSpec.model_validate(raw)
     except ValidationError as exc:
@@ -148,7 +179,10 @@ def parse_spec(raw: Any, base_dir: Path | None = None) -> JobSpec:
 
 
 def _parse(path: Path) -> Any:
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError("spec", f"cannot read {path}: {exc}", "give a readable UTF-8 YAML or JSON file") from None
     try:
         if path.suffix == ".json":
             return json.loads(text)

@@ -35,7 +35,8 @@ def _ending(seg: Any) -> list[dict[str, Any]]:
         return []
     labels = seg.labels or {}
     when = seg.end_time or state.timestamp
-    if state.name == "Preempted" or labels.get("yoloq.preempt") == "requested":
+    killed_victim = state.is_crashed() and labels.get("yoloq.preempt") == "requested"
+    if state.name == "Preempted" or killed_victim:
         by = labels.get("yoloq.preempted_by", "?")
         return [_at(when, "preempted", f"by {by} at epoch {labels.get('yoloq.epoch', '?')}: "
                                        f"{labels.get('yoloq.preempt_reason', '')}")]

@@ -171,6 +171,8 @@ pipeline = object-server
 
 [app:object-server]
 use = egg:swift#object
+# No object-updater runs here: give container listings time to update in-line.
+container_update_timeout = 30
 EOF
     cat >"$etc/proxy-server.conf" <<EOF
 [DEFAULT]
@@ -188,6 +190,8 @@ pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_forma
 [app:proxy-server]
 use = egg:swift#proxy
 account_autocreate = true
+conn_timeout = 5
+node_timeout = 60
 
 [filter:s3api]
 use = egg:swift#s3api
@@ -245,18 +249,18 @@ s3_running() {
     local name
     pid_alive "$S3_DIR/run/memcached.pid" || return 1
     for name in "${SWIFT_SERVERS[@]}"; do pid_alive "$S3_DIR/run/$name.pid" || return 1; done
-    curl -sf "http://$HOST:$S3_PORT/healthcheck" >/dev/null
+    curl -sf --max-time 10 "http://$HOST:$S3_PORT/healthcheck" >/dev/null
 }
 
 # Swift's own API (tempauth token) creates the bucket: an s3api bucket is a Swift container.
 create_bucket() {
     local headers token url
-    headers=$(curl -sf -D - -o /dev/null -H "X-Auth-User: $S3_ACCOUNT:$S3_USER" -H "X-Auth-Key: $S3_SECRET" \
+    headers=$(curl -sf --max-time 10 -D - -o /dev/null -H "X-Auth-User: $S3_ACCOUNT:$S3_USER" -H "X-Auth-Key: $S3_SECRET" \
         "http://$HOST:$S3_PORT/auth/v1.0") || return 1
     token=$(printf '%s' "$headers" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-auth-token"{print $2}')
     url=$(printf '%s' "$headers" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-storage-url"{print $2}')
     [ -n "$token" ] && [ -n "$url" ] || return 1
-    curl -sf -X PUT -H "X-Auth-Token: $token" "$url/$S3_BUCKET" -o /dev/null
+    curl -sf --max-time 10 -X PUT -H "X-Auth-Token: $token" "$url/$S3_BUCKET" -o /dev/null
 }
 
 start_s3() {
@@ -276,7 +280,7 @@ start_s3() {
     for name in "${SWIFT_SERVERS[@]}"; do
         launch "$name" "swift-$name-server" "$S3_DIR/etc/$name-server.conf"
     done
-    wait_for "swift proxy" "$S3_DIR/log/proxy.log" curl -sf "http://$HOST:$S3_PORT/healthcheck" \
+    wait_for "swift proxy" "$S3_DIR/log/proxy.log" curl -sf --max-time 10 "http://$HOST:$S3_PORT/healthcheck" \
         || { stop_s3 quiet; die "swift did not start (logs in $S3_DIR/log)"; }
     for name in "${SWIFT_SERVERS[@]}"; do
         pid_alive "$S3_DIR/run/$name.pid" || { tail -n 20 "$S3_DIR/log/$name.log" >&2; stop_s3 quiet; die "swift $name server exited (log: $S3_DIR/log/$name.log)"; }
@@ -311,7 +315,11 @@ ensure_postgres_installed() {
 
 init_postgres() {
     mkdir -p "$PG_DIR/run"
-    [ "$(id -u)" -eq 0 ] && chown postgres: "$PG_DIR" "$PG_DIR/run"
+    if [ "$(id -u)" -eq 0 ]; then
+        chown postgres: "$PG_DIR" "$PG_DIR/run"
+        as_pg test -w "$PG_DIR" -a -x "$PG_DIR" \
+            || die "the postgres user cannot use $PG_DIR: every folder above it must be traversable (chmod o+x)"
+    fi
     [ -f "$PG_DIR/data/PG_VERSION" ] && return 0
     local pwfile=$PG_DIR/.pwfile
     printf '%s\n' "$PG_PASSWORD" >"$pwfile"
@@ -363,7 +371,7 @@ print_env() {
 export YOLOQ_SERVICES_DIR='$SERVICES_DIR'
 export YOLOQ_S3_ENDPOINT_URL='http://$HOST:$S3_PORT'
 export YOLOQ_S3_BUCKET='$S3_BUCKET'
-export YOLOQ_CHECKPOINTS_URI='s3://$S3_BUCKET/yoloq/checkpoints'
+export YOLOQ_CHECKPOINT_URI='s3://$S3_BUCKET/yoloq/checkpoints'
 export AWS_ENDPOINT_URL='http://$HOST:$S3_PORT'
 export MLFLOW_S3_ENDPOINT_URL='http://$HOST:$S3_PORT'
 export AWS_ACCESS_KEY_ID='$S3_ACCOUNT:$S3_USER'

@@ -15,20 +15,23 @@ from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Se
                                      Snapshot)
 from work_pools.policy.ordering import Context, FairQueue, build_context
 from work_pools.policy.placement import GpuPool, describe
+from work_pools.policy.priority import preemption_rank
 from work_pools.policy.victims import Plan, VictimPlanner
 
 
 class _FailureMemo:
-    """Remembers (gpus, memory) requests that failed: bigger ones fail too."""
+    """Remembers requests that failed. Availability only shrinks during a call, so a
+    request of the same kind, no better rank, no fewer GPUs and no less memory fails too."""
 
     def __init__(self) -> None:
         self._min_mem: dict[tuple, float] = {}
 
-    def failed(self, kind: tuple, gpus: int, mem_gb: float) -> bool:
-        return any(g <= gpus and mem_gb >= m for (k, g), m in self._min_mem.items() if k == kind)
+    def failed(self, kind: tuple, rank: int, gpus: int, mem_gb: float) -> bool:
+        return any(k == kind and r <= rank and g <= gpus and mem_gb >= m
+                   for (k, r, g), m in self._min_mem.items())
 
-    def add(self, kind: tuple, gpus: int, mem_gb: float) -> None:
-        key = (kind, gpus)
+    def add(self, kind: tuple, rank: int, gpus: int, mem_gb: float) -> None:
+        key = (kind, rank, gpus)
         self._min_mem[key] = min(mem_gb, self._min_mem.get(key, float("inf")))
 
 
@@ -54,25 +57,21 @@ class _Round:
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""
-        if not self.pool.could_ever_fit(seg):
-            self.waiting[seg.id] = _too_big(seg, self.pool)
-        elif self.try_place(seg):
+        possible = self.pool.could_ever_fit(seg)
+        if possible and (self.try_place(seg) or self.try_preempt(seg, rank)):
             return
-        elif self.try_preempt(seg, rank):
+        if self.policy.allow_reduced_batch and self.try_reduced(seg):
             return
-        elif self.policy.allow_reduced_batch and self.try_reduced(seg):
-            return
-        else:
-            self.waiting[seg.id] = self.why_waiting(seg)
+        self.waiting[seg.id] = self.why_waiting(seg) if possible else _too_big(seg, self.pool)
 
     def try_place(self, seg: Segment) -> bool:
         small = self.policy.share_gpus and seg.gpus == 1
         kind = ("small",) if small else ("whole",)
-        if self.no_fit.failed(kind, seg.gpus, seg.est_mem_gb):
+        if self.no_fit.failed(kind, 0, seg.gpus, seg.est_mem_gb):
             return False
         indices = self.pool.find(seg)
         if indices is None:
-            self.no_fit.add(kind, seg.gpus, seg.est_mem_gb)
+            self.no_fit.add(kind, 0, seg.gpus, seg.est_mem_gb)
             return False
         self.start(seg, indices, f"admitted on {describe(self.pool, indices)}")
         return True
@@ -100,11 +99,13 @@ class _Round:
             return False
         starved = self.ctx.ratios.get(seg.team, 0.0) <= self.policy.fairshare_preempt_under
         kind = (starved,)
-        if self.no_victims.failed(kind, seg.gpus, seg.est_mem_gb):
+        rank = preemption_rank(seg, self.ctx.now, self.policy,
+                               delayed=seg.team in self.ctx.delayed_teams)
+        if self.no_victims.failed(kind, rank, seg.gpus, seg.est_mem_gb):
             return False
         plan = self.planner.plan(seg, rank, self.pool)
         if plan is None:
-            self.no_victims.add(kind, seg.gpus, seg.est_mem_gb)
+            self.no_victims.add(kind, rank, seg.gpus, seg.est_mem_gb)
             return False
         self.planner.commit(plan)
         self.pool.reserve(plan.gpu_indices)
@@ -136,7 +137,7 @@ class _Round:
             share = rules.held_share(seg, self.policy)
             return (f"waiting: yielding to short experiments (held a GPU {share:.0%} of the last "
                     f"{self.policy.long_job_window_s / 3600:.1f} h)")
-        gpus = "a GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
+        gpus = "GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
         return f"waiting: no {gpus} with {seg.est_mem_gb:.1f} GB free"
 
 

@@ -57,7 +57,8 @@ def estimate(snapshot: Snapshot, policy: Policy, now: float,
     _, early = _forward(snapshot, policy, now, low, wanted)
     _, late = _forward(snapshot, policy, now, high, wanted)
     return {sid: Eta(sid, positions[sid], mid[sid], min(early[sid], mid[sid]),
-                     max(late[sid], mid[sid])) for sid in mid}
+                     max(late[sid], mid[sid]))
+            for sid in mid if sid in early and sid in late and (wanted is None or sid in wanted)}
 
 
 def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,

@@ -104,10 +104,11 @@ class Policy:
     fair_share: bool = True
     min_runtime_s: float = 300.0
     aging_step_s: float = 3600.0  # one tier of boost per step waited; 0 = no aging
-    max_aging_tiers: int = 3  # 3 = any tier can reach urgent: the no-starvation bound
+    max_aging_tiers: int = 2  # low -> normal -> high
+    aging_ceiling: Tier = Tier.HIGH  # aging never lifts a segment above this (nor above urgent)
     team_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
     usage_half_life_s: float = 24 * 3600.0
-    fairshare_preempt_over: float = 2.0  # victim team's usage / entitlement; 0 = off
+    fairshare_preempt_over: float = 1.5  # victim team's usage / entitlement; 0 = off
     fairshare_preempt_under: float = 0.5  # waiting team's usage / entitlement
     quotas: dict[str, Quota] = field(default_factory=dict)
     tier_caps: dict[str, Tier] = field(default_factory=dict)  # team -> most urgent allowed

@@ -1,11 +1,12 @@
 """The order in which waiting segments are considered, shared by `decide` and `eta`.
 
-Segments are bucketed by (effective priority, yields-to-short); buckets are
-taken most urgent first. Inside a bucket, with fair share on, the next segment
-comes from the team with the lowest weighted usage: decayed TU, plus what its
-running segments will use in the next `segment_s`, plus what was admitted
-earlier in this round (`charge`). Inside a team: starving segments first,
-then submission order, then id.
+Segments are bucketed by (effective priority, not starving, yields-to-short);
+buckets are taken most urgent first, so a starving segment goes ahead of every
+other segment of its rank, whatever its team's usage. Inside a bucket, with
+fair share on, the next segment comes from the team with the lowest weighted
+usage: decayed TU, plus what its running segments will use in the next
+`segment_s`, plus what was admitted earlier in this round (`charge`). Inside a
+team: submission order, then id.
 """
 
 from __future__ import annotations
@@ -59,18 +60,16 @@ class FairQueue:
         self.ctx = ctx
         self.usage = dict(ctx.usage)
         self.yielding: set[str] = set()
-        buckets: dict[tuple[int, bool], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for seg in waiting:
             rank = ctx.ranks[seg.id]
             yields = rules.yields_to_short(seg, rank in ctx.short_ranks, ctx.policy)
             if yields:
                 self.yielding.add(seg.id)
             team = seg.team if ctx.policy.fair_share else _ALL
-            buckets[(rank, yields)][team].append((self._key(seg), seg))
+            starving = is_starving(seg, ctx.now, ctx.policy)
+            buckets[(rank, not starving, yields)][team].append(((seg.submitted_at, seg.id), seg))
         self.buckets = buckets
-
-    def _key(self, seg: Segment) -> tuple:
-        return (not is_starving(seg, self.ctx.now, self.ctx.policy), seg.submitted_at, seg.id)
 
     def charge(self, team: str, amount_tu: float) -> None:
         self.usage[team] = self.usage.get(team, 0.0) + amount_tu
@@ -81,7 +80,7 @@ class FairQueue:
         return fairshare.normalised_usage(self.usage.get(team, 0.0), team, self.ctx.policy)
 
     def __iter__(self) -> Iterator[tuple[Segment, int]]:
-        for (rank, _), teams in sorted(self.buckets.items()):
+        for (rank, *_), teams in sorted(self.buckets.items()):
             queues = {t: deque(seg for _, seg in sorted(items)) for t, items in teams.items()}
             heap = [(self._level(t), t) for t in queues]
             heapq.heapify(heap)

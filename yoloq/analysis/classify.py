@@ -1,4 +1,4 @@
-"""Job class (short experiment or full training), segment size, and bit-exact resume."""
+"""Job class (short experiment or full training) and bit-exact resume."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ from typing import Any
 # SHORT_MAX_S and asks for at most SHORT_MAX_EPOCHS epochs; anything else is `full`.
 SHORT_MAX_S = 30 * 60
 SHORT_MAX_EPOCHS = 30
-# Without an explicit `segment_epochs`, a segment is as many epochs as fit SEGMENT_TARGET_S, so the
-# ~4 s process start per segment stays around 1% of its length.
-SEGMENT_TARGET_S = 10 * 60
 ULTRALYTICS_NBS = 64  # ultralytics' default nominal batch size (cfg/default.yaml `nbs`)
+ULTRALYTICS_WARMUP_EPOCHS = 3.0  # cfg/default.yaml `warmup_epochs`
 
 
 @dataclass(frozen=True)
@@ -22,16 +20,12 @@ class Exactness:
     reason: str | None  # why a resumed run would differ from an uninterrupted one
     accumulate: int
     batches_per_epoch: int
+    pending_boundaries: tuple[int, ...]  # epochs after which stock ultralytics would hold unapplied gradients
+    accumulation_warning: str | None
 
 
 def job_class(reference_duration_s: float, epochs: int) -> str:
     return "short" if reference_duration_s <= SHORT_MAX_S and epochs <= SHORT_MAX_EPOCHS else "full"
-
-
-def segment_epochs(requested: int | None, epoch_s: float, epochs: int) -> int:
-    if requested:
-        return min(requested, epochs)
-    return max(1, min(epochs, math.floor(SEGMENT_TARGET_S / max(epoch_s, 1e-9))))
 
 
 def accumulate_count(batch: int, nbs: int) -> int:
@@ -39,23 +33,55 @@ def accumulate_count(batch: int, nbs: int) -> int:
     return max(round(nbs / batch), 1)
 
 
-def exactness(train_args: dict[str, Any], batch: int, train_images: int) -> Exactness:
-    """Whether a job stopped at an epoch boundary resumes bit-exactly.
+def pending_boundaries(batches: int, epochs: int, accumulate: int, warmup_iters: int) -> list[int]:
+    """Epoch boundaries (1-based epoch numbers) at which gradients are accumulated but not applied.
 
-    It cannot when training is not deterministic, or when gradient accumulation is
-    pending at epoch boundaries: ultralytics steps the optimizer every `accumulate`
-    batches counted across epochs, so a boundary is clean only when the batches per
-    epoch (ceil(train_images / batch)) are a multiple of `accumulate`.
+    Replays ultralytics' step rule (`ni - last_opt_step >= accumulate`, with accumulate ramping
+    from 1 during the warmup iterations) over the warmup, then uses its period afterwards.
+    """
+    last, pending = -1, []
+    replayed = min(warmup_iters + 1, batches * epochs)
+    for ni in range(replayed):
+        step_every = accumulate
+        if warmup_iters and ni <= warmup_iters:
+            step_every = max(1, round((accumulate - 1) / warmup_iters * ni + 1))  # as np.interp
+        if ni - last >= step_every:
+            last = ni
+        if (ni + 1) % batches == 0 and last != ni and (ni + 1) // batches < epochs:
+            pending.append((ni + 1) // batches)
+    for epoch in range(replayed // batches + 1, epochs):
+        end = epoch * batches - 1
+        if end >= replayed and (end - last) % accumulate:
+            pending.append(epoch)
+    return pending
+
+
+def exactness(train_args: dict[str, Any], batch: int, train_images: int, epochs: int) -> Exactness:
+    """Whether a job stopped at an epoch boundary resumes bit-exactly, and what to warn about.
+
+    Not when training is not deterministic. Gradient accumulation is the other hazard:
+    stock ultralytics steps the optimizer every `accumulate` (= max(round(nbs / batch), 1))
+    batches counted across epochs (ramping up from 1 during warmup), so gradients can be
+    pending at an epoch boundary and a resumed run (which restarts that count) diverges.
+    yoloq's trainer (yoloq.engine.accumulation) always steps at an epoch's last batch, so
+    resume stays exact; the boundaries where stock ultralytics would have had gradients
+    pending are reported as a warning, because there yoloq's step schedule differs from
+    a plain ultralytics run.
     """
     nbs = int(train_args.get("nbs", ULTRALYTICS_NBS))
-    accumulate = accumulate_count(batch, nbs)
     batches = math.ceil(train_images / batch)
+    accumulate = min(accumulate_count(batch, nbs), batches * epochs)
+    warmup_epochs = min(float(train_args.get("warmup_epochs", ULTRALYTICS_WARMUP_EPOCHS)), max(epochs - 1, 0))
+    warmup_iters = round(warmup_epochs * batches) if warmup_epochs > 0 else 0
+    pending = pending_boundaries(batches, epochs, accumulate, warmup_iters)
+    warning = None
+    if pending:
+        warning = (f"gradient accumulation would be pending at {len(pending)} of {epochs - 1} epoch "
+                   f"boundaries (first after epoch {pending[0]}; {batches} batches per epoch, accumulate "
+                   f"{accumulate} = nbs {nbs} / batch {batch}); yoloq steps at every epoch's last batch so "
+                   f"resume stays exact, but there its schedule differs from plain ultralytics (fix: set "
+                   f"train_args.nbs: {batch} so every batch steps)")
     if train_args.get("deterministic", True) is False:
-        return Exactness(False, "train_args.deterministic is false: kernels and data order may differ "
-                         "after a resume (fix: remove it or set it to true)", accumulate, batches)
-    if batches % accumulate:
-        return Exactness(False, f"{batches} batches per epoch is not a multiple of the gradient accumulation "
-                         f"count {accumulate} (nbs {nbs} / batch {batch}): pending gradients are lost at "
-                         f"each segment boundary (fix: set train_args.nbs: {batch} so every batch steps, "
-                         f"or pick a batch that divides evenly)", accumulate, batches)
-    return Exactness(True, None, accumulate, batches)
+        return Exactness(False, "train_args.deterministic is false: kernels may differ after a resume "
+                         "(fix: remove it or set it to true)", accumulate, batches, tuple(pending), warning)
+    return Exactness(True, None, accumulate, batches, tuple(pending), warning)

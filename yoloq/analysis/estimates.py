@@ -28,7 +28,7 @@ CUDA_CONTEXT_GB = 0.9
 # fp32 weights (4) + gradients (4) + SGD momentum or half of AdamW's two moments (4) + EMA copy (4).
 BYTES_PER_PARAM = 16
 # Activation memory per 640-px image with AMP, linear in the model's GFLOPs: fitted by hand to the
-# GPU_mem ultralytics prints for YOLOv8 n..x at batch 16 (about 2.4 GB for n, 14 GB for x).
+# GPU_mem ultralytics prints for YOLOv8 n..x at batch 16 (about 2.5 GB for n, 14 GB for x).
 ACT_BASE_GB = 0.075
 ACT_GB_PER_GFLOP = 0.0027
 AMP_OFF_FACTOR = 1.7  # fp32 activations instead of mostly fp16

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq.analysis.models import parse_model_name, task_of_yaml
+from yoloq.analysis.models import VERSIONS, parse_model_name, task_of_yaml
 from yoloq.errors import ModelError
 
 _SAFE_GLOBALS = {
@@ -140,7 +140,7 @@ def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
     """Fingerprint a checkpoint: family, scale, task, classes, resumable or final, epochs."""
     header = read_header(path, field)
     model = header.get("ema") or header.get("model")
-    if not isinstance(model, Stub):
+    if not isinstance(model, Stub) or not model._module.startswith("ultralytics."):
         raise ModelError(field, f"{Path(path).name} holds no model object",
                          "give a .pt written by ultralytics training")
     train_args = _as_dict(header.get("train_args"))
@@ -200,8 +200,6 @@ def _epochs_done(header: dict[str, Any], epoch: int, resumable: bool) -> int:
 
 
 def _version(family: str) -> str:
-    from yoloq.analysis.models import VERSIONS
-
     return VERSIONS.get(family, family.removeprefix("yolo"))
 
 

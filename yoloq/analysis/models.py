@@ -40,7 +40,8 @@ SUPPORTED_FAMILIES = tuple(MODEL_SIZES)
 VERSIONS = {"yolov5u": "v5u", "yolov8": "v8", "yolov9": "v9", "yolov10": "v10",
             "yolo11": "11", "yolo12": "12", "yolo26": "26"}
 _DETECT_HEADS = {"detect", "v10detect"}
-_NAME = re.compile(r"^yolo(?P<v>v?)(?P<num>\d+)(?P<scale>[nsmlxtcbe])?(?P<p6>6)?(?P<u>u)?(?P<variant>-[a-z0-9-]+)?$")
+_NAME = re.compile(r"^yolo(?P<v>v?)(?P<num>\d+)(?P<scale>[nsmlxtcbe])?(?P<p6>6)?(?P<u>u)?"
+                   r"(?P<variant>-[a-z0-9-]+)?$")
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,7 @@ def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> S
     point = _resume_point(request)
     from yoloq.engine.trainer import trainer_class  # imports ultralytics
 
-    offline.quiet_ultralytics()
+    _quiet_ultralytics()
     trainer = trainer_class(request.spec.model)(overrides=train_overrides(request),
                                                 resume_point=point)
     run = _SegmentRun(request, hooks)
@@ -119,6 +119,19 @@ def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> S
         checkpoint=Path(trainer.last),
         best=Path(trainer.best) if finished and Path(trainer.best).exists() else None,
         save_dir=Path(trainer.save_dir), final_metrics=run.final_metrics)
+
+
+def _quiet_ultralytics() -> None:
+    """offline.quiet_ultralytics(), tolerating settings this ultralytics version lacks."""
+    try:
+        offline.quiet_ultralytics()
+    except KeyError:  # e.g. no "hub" setting in ultralytics 8.4
+        from ultralytics.utils import SETTINGS
+
+        wanted = {k: False for k in ("sync", "mlflow", "clearml", "comet", "dvc", "hub",
+                                     "neptune", "raytune", "tensorboard", "wandb") if k in SETTINGS}
+        if any(SETTINGS.get(k) is not False for k in wanted):
+            SETTINGS.update(wanted)
 
 
 def train_overrides(request: SegmentRequest) -> dict[str, Any]:
@@ -137,6 +150,10 @@ def _resume_point(request: SegmentRequest) -> Any:
     if not 1 <= request.stop_after_epoch <= epochs:
         raise UserError("stop_after_epoch", f"{request.stop_after_epoch} is outside 1..{epochs}",
                         f"use a value between 1 and the job's {epochs} epochs")
+    if "," in str(request.device):
+        raise UserError("device", f"{request.device!r} asks for several GPUs",
+                        "give a segment one device: ultralytics runs multi-GPU training in "
+                        "child processes that yoloq cannot resume exactly")
     if request.resume_from is None:
         return None
     from yoloq.engine.checkpoint import read_resume_point
@@ -149,8 +166,13 @@ def _resume_point(request: SegmentRequest) -> Any:
     expected = train_overrides(request)
     for key in _MUST_MATCH:
         saved = point.train_args.get(key)
-        if str(saved) != str(expected[key]):
+        if _comparable(key, saved) != _comparable(key, expected[key]):
             raise UserError(f"spec.{key}", f"checkpoint was trained with {key}={saved!r}, "
                             f"the spec says {expected[key]!r}",
                             "resume with the job's original spec")
     return point
+
+
+def _comparable(key: str, value: Any) -> str:
+    """Model paths differ between nodes; their file names must not."""
+    return Path(str(value)).name if key == "model" else str(value)

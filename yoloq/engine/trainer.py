@@ -28,6 +28,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from yoloq.engine import checkpoint
 from yoloq.engine.accumulation import AccumulationPolicy
 from yoloq.engine.determinism import apply_seeds, clear_mosaic_buffer, epoch_seeds
+from yoloq.errors import UserError
 
 
 class ExactResumeMixin:
@@ -165,10 +166,11 @@ TRAINERS: dict[str, type[ExactResumeMixin]] = {
 
 def trainer_class(model: str | Path) -> type[ExactResumeMixin]:
     """The trainer for a model YAML or .pt (its task decides)."""
-    from ultralytics.nn.tasks import guess_model_task
+    from ultralytics.nn.tasks import guess_model_task, yaml_model_load
 
-    task = guess_model_task(str(model))
+    name = str(model)
+    task = guess_model_task(yaml_model_load(name) if name.endswith((".yaml", ".yml")) else name)
     if task not in TRAINERS:
-        raise ValueError(f"task {task!r} is not supported by yoloq segments "
-                         f"(supported: {', '.join(TRAINERS)})")
+        raise UserError("model", f"{name} is a {task!r} model; segments train "
+                        f"{', '.join(TRAINERS)} models", "use a detection model YAML such as yolov8n.yaml")
     return TRAINERS[task]

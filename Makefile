@@ -1,0 +1,36 @@
+# Quick start: `make demo` runs the demo, `make test` runs the tests. Both create .venv
+# and install the project when needed (pip's cache makes later installs fast).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: install demo test up down bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,onnx]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/yoloq demo
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+up: install
+	$(VENV)/bin/yoloq up
+
+down:
+	$(VENV)/bin/yoloq down
+
+bench: install
+	$(PY) bench/decide.py
+	$(PY) bench/policies.py
+	$(PY) bench/overhead.py
+	$(PY) bench/preemption.py
+
+clean:
+	rm -rf $(VENV) .yoloq

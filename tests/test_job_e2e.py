@@ -1,0 +1,82 @@
+"""A tiny job end to end on the real stack: analyse, train (2 segments), evaluate, export."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+
+
+def write_spec(path: Path, data: Path, **overrides) -> Path:
+    spec = {"name": "e2e", "team": "vision", "priority": "normal", "model": "yolov8n.yaml",
+            "data": str(data), "epochs": 2, "imgsz": 64, "batch": 4, "segment_epochs": 1,
+            "export": ["torchscript"],
+            "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
+    spec.update(overrides)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def yoloq(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yoloq.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def wait_final(job_id: str, timeout_s: float = 900) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = yoloq("status", job_id, "--json")
+        if out.returncode == 0:
+            status = json.loads(out.stdout)
+            if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):
+                return status
+        time.sleep(2)
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
+
+
+def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
+    spec = write_spec(tmp_path / "job.yaml", tiny_dataset)
+    out = yoloq("submit", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    job_id = json.loads(out.stdout)["job_id"]
+
+    status = wait_final(job_id)
+    assert status["state"] == "Completed", status
+    assert status["epochs_done"] == 2
+    assert status["segments"] == 2
+
+    from mlflow.tracking import MlflowClient
+
+    from yoloq import settings
+
+    uri, experiment = settings.mlflow_tracking_uri()
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                              filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "metrics/mAP50-95B")
+    assert sorted(m.step for m in history) == [1, 2]
+    versions = client.search_model_versions(f"name = 'e2e'")
+    assert versions, "the exported model is registered"
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as prefect:
+        arts = prefect.read_artifacts(limit=200)
+    assert any(a.type == "table" and "evaluation" in (a.key or "") for a in arts)
+
+
+def test_bad_spec_is_rejected_before_queueing(yoloq_stack, tiny_dataset, tmp_path):
+    spec = write_spec(tmp_path / "bad.yaml", tiny_dataset, imgsz=100)
+    out = yoloq("submit", str(spec))
+    assert out.returncode == 2
+    assert "imgsz" in out.stderr and "Traceback" not in out.stderr

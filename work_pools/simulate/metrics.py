@@ -1,0 +1,90 @@
+"""Metrics of a simulation run.
+
+- JCT (job completion time) = finish - submit: mean, p50/p95/p99.
+- Queueing delay = first start - submit, p50/p99 per tier.
+- Finish-time fairness rho (Themis) = JCT / JCT alone, where JCT alone is the
+  job's duration at the mean speed of the GPUs it actually ran on: max and p95.
+- Jain's index over teams of x = (team's share of the TU used) / (its entitlement
+  by weight); 1.0 is perfectly proportional (teams with little demand lower it).
+- Utilisation = busy GPU-seconds / (GPUs x span from first submit to last finish).
+- Preemptions per job; GPU-seconds redone (work lost since the last checkpoint).
+- ETA error, for the estimate made at submit: median absolute percentage error
+  of the predicted wait (|predicted - actual| / max(actual, 60 s)), and the share
+  of jobs whose actual start fell inside the predicted 80% interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from work_pools.policy.fairshare import entitlements
+from work_pools.simulate.engine import SimResult
+from yoloq.tiers import Tier
+
+_WAIT_FLOOR_S = 60.0
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarise(result: SimResult) -> dict:
+    done = [j for j in result.jobs if j.finish is not None]
+    jct = [j.finish - j.spec.submit_time for j in done]
+    rho = [(j.finish - j.spec.submit_time) / (j.spec.duration_s / (j.speed_s / j.run_s))
+           for j in done if j.run_s > 0]
+    span = (max((j.finish for j in done), default=0.0)
+            - min((j.spec.submit_time for j in result.jobs), default=0.0))
+    out = {
+        "policy": result.policy.name,
+        "jobs": len(result.jobs),
+        "finished": len(done),
+        "unschedulable": len(result.unschedulable),
+        "avg_jct_s": float(np.mean(jct)) if jct else None,
+        "p50_jct_s": _pct(jct, 50),
+        "p95_jct_s": _pct(jct, 95),
+        "p99_jct_s": _pct(jct, 99),
+        **_waits_by_tier(result),
+        "max_rho": max(rho) if rho else None,
+        "p95_rho": _pct(rho, 95),
+        "jain": _jain(result),
+        "utilization": result.busy_gpu_s / (len(result.gpus) * span) if span > 0 else None,
+        "preemptions_per_job": sum(j.preemptions for j in result.jobs) / max(1, len(result.jobs)),
+        "redone_gpu_s": sum(j.redone_gpu_s for j in result.jobs),
+        **_eta_errors(result),
+        "makespan_s": span,
+    }
+    return out
+
+
+def _waits_by_tier(result: SimResult) -> dict:
+    p50, p99 = {}, {}
+    for tier in Tier:
+        waits = [j.first_start - j.spec.submit_time for j in result.jobs
+                 if j.spec.tier == tier and j.first_start is not None]
+        if waits:
+            p50[tier.label], p99[tier.label] = _pct(waits, 50), _pct(waits, 99)
+    return {"wait_p50_s_by_tier": p50, "wait_p99_s_by_tier": p99}
+
+
+def _jain(result: SimResult) -> float | None:
+    teams = sorted({j.spec.team for j in result.jobs})
+    total = sum(result.team_tu.values())
+    if not teams or total <= 0:
+        return None
+    owed = entitlements(teams, result.policy)
+    x = [(result.team_tu.get(t, 0.0) / total) / owed[t] for t in teams]
+    return sum(x) ** 2 / (len(x) * sum(v * v for v in x))
+
+
+def _eta_errors(result: SimResult) -> dict:
+    ape, covered = [], []
+    for j in result.jobs:
+        if j.eta is None or j.first_start is None:
+            continue
+        actual = j.first_start - j.spec.submit_time
+        predicted = j.eta.start_s - j.spec.submit_time
+        ape.append(abs(predicted - actual) / max(actual, _WAIT_FLOOR_S))
+        covered.append(j.eta.start_low_s - 1 <= j.first_start <= j.eta.start_high_s + 1)
+    return {"eta_mape": float(np.median(ape)) if ape else None,
+            "eta_coverage_80": sum(covered) / len(covered) if covered else None}

@@ -1,0 +1,106 @@
+"""Job traces: yoloq's documented CSV and the Tiresias CSV.
+
+yoloq CSV (header required; `class` optional):
+
+    job_id,team,tier,submit_time,gpus,gpu_mem_gb,duration_s,epochs,model[,class]
+
+`submit_time` and `duration_s` in seconds; `duration_s` is the run time on a
+speed-1.0 GPU (a V100) and shrinks by the GPU's `speed`; `gpu_mem_gb` is per
+GPU; `tier` is urgent|high|normal|low; `class` is short|full, by default short
+when `duration_s` <= 3600.
+
+Tiresias CSV (as in the Tiresias simulator's traces):
+
+    job_id,num_gpu,submit_time,iterations,model_name,duration,interval
+
+read as team "default", tier normal, memory from the model name (table
+below, 8 GB otherwise), epochs = iterations / 1000 (1-200); `interval` is ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from yoloq.errors import UserError
+from yoloq.tiers import Tier
+
+COLUMNS = ("job_id", "team", "tier", "submit_time", "gpus", "gpu_mem_gb", "duration_s", "epochs",
+           "model")
+TIRESIAS_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration",
+                    "interval")
+SHORT_MAX_S = 3600.0
+TIRESIAS_MEM_GB = {"alexnet": 6.0, "googlenet": 8.0, "inception3": 10.0, "inception4": 12.0,
+                   "resnet50": 12.0, "resnet101": 14.0, "vgg16": 14.0, "vgg19": 15.0,
+                   "bert": 16.0, "transformer": 12.0}
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: str
+    team: str
+    tier: Tier
+    submit_time: float
+    gpus: int
+    gpu_mem_gb: float
+    duration_s: float
+    epochs: int
+    model: str
+    job_class: str = ""
+
+    @property
+    def klass(self) -> str:
+        return self.job_class or ("short" if self.duration_s <= SHORT_MAX_S else "full")
+
+
+def read_trace(path: str | Path) -> list[TraceJob]:
+    """Read either format (told apart by the header), sorted by submit time."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError("trace", f"file not found: {path}", "give a CSV trace or use --generate")
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = tuple(h.strip() for h in (reader.fieldnames or ()))
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
+    if set(COLUMNS) <= set(header):
+        parse = _yoloq_row
+    elif set(TIRESIAS_COLUMNS[:-1]) <= set(header):
+        parse = _tiresias_row
+    else:
+        raise UserError("trace", f"unknown CSV header {','.join(header)}",
+                        f"use {','.join(COLUMNS)} or the Tiresias columns")
+    jobs = []
+    for line, row in enumerate(rows, start=2):
+        try:
+            jobs.append(parse(row))
+        except (KeyError, ValueError) as exc:
+            raise UserError("trace", f"line {line}: {exc}", "fix the value in that row") from None
+    return sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+
+
+def _yoloq_row(row: dict[str, str]) -> TraceJob:
+    klass = row.get("class", "")
+    if klass not in ("", "short", "full"):
+        raise ValueError(f"class must be short or full, not {klass!r}")
+    return TraceJob(row["job_id"], row["team"], Tier.parse(row["tier"]), float(row["submit_time"]),
+                    int(row["gpus"]), float(row["gpu_mem_gb"]), float(row["duration_s"]),
+                    max(1, int(row["epochs"])), row["model"], klass)
+
+
+def _tiresias_row(row: dict[str, str]) -> TraceJob:
+    model = row["model_name"]
+    mem = TIRESIAS_MEM_GB.get(model.lower(), 8.0)
+    epochs = min(200, max(1, int(float(row["iterations"] or 0)) // 1000))
+    return TraceJob(row["job_id"], "default", Tier.NORMAL, float(row["submit_time"]),
+                    int(row["num_gpu"]), mem, float(row["duration"]), epochs, model)
+
+
+def write_trace(path: str | Path, jobs: list[TraceJob]) -> None:
+    with Path(path).open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow((*COLUMNS, "class"))
+        for j in jobs:
+            writer.writerow((j.job_id, j.team, j.tier.label, f"{j.submit_time:.1f}", j.gpus,
+                             f"{j.gpu_mem_gb:.1f}", f"{j.duration_s:.1f}", j.epochs, j.model,
+                             j.klass))
