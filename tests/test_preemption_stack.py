@@ -1,0 +1,101 @@
+"""The seeds' scenario on the real stack (one declared CPU slot, real training):
+a low-tier job holds the only slot; an urgent job arrives; the low job stops at
+its next epoch boundary, the urgent job runs to completion, and the low job
+resumes and finishes with exactly its epochs in MLflow and final weights equal
+to the same job trained without interruption."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from tests.test_job_e2e import wait_final, write_spec, yoloq
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+EPOCHS = 6
+
+
+def wait_running(job_id: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = yoloq("queue", "--json")
+        rows = json.loads(out.stdout) if out.returncode == 0 else []
+        if any(r["job"] == job_id and r["state"] == "running" for r in rows):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} never started")
+
+
+@pytest.fixture(scope="module")
+def slower_dataset(session_dir):
+    """Enough images that six epochs outlast the urgent job's way through the queue."""
+    from yoloq.synth import synth_dataset
+
+    return synth_dataset(session_dir / "shapes48", train=48, val=8, imgsz=64, seed=1)
+
+
+def submit(spec) -> str:
+    out = yoloq("submit", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["job_id"]
+
+
+def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
+        yoloq_stack, slower_dataset, tiny_dataset, tmp_path):
+    low_spec = write_spec(tmp_path / "low.yaml", slower_dataset, name="low-long", priority="low",
+                          epochs=EPOCHS, segment_epochs=EPOCHS, batch=8)
+    urgent_spec = write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="urgent-fix",
+                             team="oncall", priority="urgent", epochs=1, segment_epochs=1)
+    low = submit(low_spec)
+    wait_running(low)
+    urgent = submit(urgent_spec)
+
+    urgent_status = wait_final(urgent)
+    low_status = wait_final(low)
+    assert urgent_status["state"] == "Completed"
+    assert low_status["state"] == "Completed"
+    assert low_status["preemptions"] >= 1
+    assert low_status["epochs_done"] == EPOCHS
+
+    history = json.loads(yoloq("history", low, "--json").stdout)
+    preempted = [r for r in history if r["what"] == "preempted"]
+    assert preempted and urgent in preempted[0]["detail"]
+    resumed = [r for r in history if r["what"] == "resumed"]
+    assert resumed and resumed[0]["time"] > preempted[0]["time"]
+
+    _assert_mlflow_has_each_epoch_once(low)
+    _assert_weights_equal_uninterrupted(low, low_spec, tmp_path)
+
+
+def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from yoloq import settings
+
+    uri, experiment = settings.mlflow_tracking_uri()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
+    for metric in ("train/box_loss", "metrics/mAP50-95B", "lr/pg0"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+        assert sorted(steps) == list(range(1, EPOCHS + 1)), (metric, steps)
+    assert int(run.data.tags["yoloq.preemptions"]) >= 1
+
+
+def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> None:
+    from yoloq import settings
+    from yoloq.engine import SegmentRequest, run_segment
+    from yoloq.spec import load_spec
+
+    restored = settings.checkpoint_store().restore(job_id, tmp_path / "restored")
+    assert restored is not None and restored.info.epoch == EPOCHS
+    result = run_segment(SegmentRequest(spec=load_spec(spec_path), workdir=tmp_path / "one-go",
+                                        stop_after_epoch=EPOCHS, resume_from=None))
+    queued = torch.load(restored.path, map_location="cpu", weights_only=False)["yoloq"]
+    one_go = torch.load(result.checkpoint, map_location="cpu", weights_only=False)["yoloq"]
+    for part in ("model", "ema"):
+        differ = [k for k, v in one_go[part].items() if not torch.equal(v, queued[part][k])]
+        assert not differ, f"{part}: {len(differ)} tensors differ"
