@@ -84,7 +84,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
             if target >= job.epochs:
                 return None
             continue
-        if state.name == "Preempted":
+        if state.name == "Preempted" or _killed_victim(run):
             continue  # queued again at its own tier; resumes from its checkpoint
         if state.is_crashed() and crashes < MAX_CRASHES:
             crashes += 1
@@ -94,6 +94,11 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+def _killed_victim(run) -> bool:
+    """A preemption victim killed after its grace time ends Crashed, not Preempted."""
+    return bool(run.state.is_crashed() and (run.labels or {}).get(settings.PREEMPT_LABEL) == "requested")
 
 
 def _finalised(job_id: str) -> bool:
@@ -110,5 +115,14 @@ def _plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str,
         "team": job.team, "tier": job.priority, "job_class": analysis.get("job_class", "full"),
         "est_mem_gb": analysis.get("est_gpu_mem_gb", 0.0),
         "est_epoch_s": analysis.get("est_epoch_s", 0.0),
-        "epochs": job.epochs, "epochs_done": epochs_done,
+        "epochs": job.epochs, "epochs_done": epochs_done, "submitted_at": _submitted_at(),
     }
+
+
+def _submitted_at() -> float | None:
+    """When the job was submitted (its parent run was created): fair-share order and aging."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    created = ctx.flow_run.created if ctx and ctx.flow_run else None
+    return created.timestamp() if created else None

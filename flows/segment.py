@@ -104,7 +104,7 @@ def _finish(job: JobSpec, job_id: str, result: Any, tracker: Any, run_id: str) -
     extras += sorted(save_dir.glob("*.png"))
     tracker.log_artifacts(run_id, [Path(p) for p in extras], artifact_path="training")
     evaluation = evaluate_task(job, result.best, tracker, run_id)
-    exports = export_task(job, job_id, result.best, tracker, run_id)
+    exports = export_task(job, job_id, result.best, tracker, run_id) if job.export else []
     tracker.finish(run_id)
     return {"evaluation": evaluation, "exports": exports}
 
@@ -125,5 +125,5 @@ def _device() -> str:
         import torch
 
         if torch.cuda.is_available():
-            return ",".join(str(i) for i in range(torch.cuda.device_count()))
+            return "0"  # one GPU per segment: multi-GPU training cannot resume exactly
     return "cpu"

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tests.test_job_e2e import wait_final, write_spec, yoloq
+from test_job_e2e import wait_final, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6

@@ -1,13 +1,17 @@
 """The worker's side of scheduling: turn what it sees into a Snapshot, ask the pure
 `decide`, and map the Decision back onto flow runs. No rules live here.
+
+The usage ledger (`work_pools.ledger`) supplies fair-share usage, quota spend, and
+per job the GPU time held in the 70% rule's window, the service attained (LAS) and
+when it last ran (aging counts continuous waiting only).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from work_pools import ledger as usage_ledger
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Decision, Gpu, Policy, Segment, Snapshot
 from work_pools.segments import SegmentView
@@ -24,12 +28,17 @@ class WorkerPolicy:
     min_grace_s: float = DEFAULT_MIN_GRACE_S
     grace_epochs: float = 2.0
 
+    source: str = "defaults"
+
     @classmethod
     def from_env(cls) -> "WorkerPolicy":
-        env = os.environ
-        policy = Policy(min_runtime_s=float(env.get("YOLOQ_MIN_RUNTIME_S", 300)))
-        return cls(policy=policy, min_grace_s=float(env.get("YOLOQ_GRACE_S", DEFAULT_MIN_GRACE_S)),
-                   grace_epochs=float(env.get("YOLOQ_GRACE_EPOCHS", 2.0)))
+        """Resolved once: the saved `yoloq-policy` block, else environment overrides, else
+        defaults (`blocks.policy.resolve_policy_settings`)."""
+        from blocks.policy import resolve_policy_settings
+
+        resolved = resolve_policy_settings()
+        return cls(policy=resolved.policy, min_grace_s=resolved.min_grace_s,
+                   grace_epochs=resolved.grace_epochs, source=resolved.source)
 
     def grace_for(self, est_epoch_s: float) -> float:
         """A victim may take this long to reach its next boundary before it is killed."""
@@ -56,16 +65,22 @@ class WorkerDecision:
     preempt: tuple[Stop, ...]
     waiting: dict[UUID, str]
     raw: Decision
+    snapshot: Snapshot | None = None  # what `decide` saw (the queue board estimates from it)
+    views: dict[str, SegmentView] = field(default_factory=dict)  # segment id -> its view
 
 
 def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list[SegmentView],
              reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float], now: float,
              worker_policy: WorkerPolicy, asked: set[UUID] | None = None,
-             usage_tu: dict[str, float] | None = None) -> WorkerDecision:
+             usage_tu: dict[str, float] | None = None,
+             ledger: usage_ledger.LedgerState | None = None) -> WorkerDecision:
+    """`ledger` (from `UsageKeeper.charge_running`, called just before) feeds fair share,
+    quotas, the 70% rule and aging; without it the policy sees no usage history."""
     from work_pools.policy.decide import decide
 
     snapshot = build_snapshot(inventory, running, pending, reserved, started_at, asked or set(),
-                              usage_tu or {})
+                              usage_tu or {}, ledger=ledger, now=now,
+                              policy=worker_policy.policy)
     decision = decide(snapshot, worker_policy.policy, now)
     by_id = {str(v.flow_run_id): v for v in (*running, *pending)}
     return WorkerDecision(
@@ -74,35 +89,65 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
         preempt=tuple(Stop(by_id[p.segment_id].flow_run_id, p.by_job_id, p.reason)
                       for p in decision.preempt),
         waiting={by_id[k].flow_run_id: v for k, v in decision.waiting.items() if k in by_id},
-        raw=decision,
+        raw=decision, snapshot=snapshot, views=by_id,
     )
 
 
 def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending: list[SegmentView],
                    reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float],
-                   asked: set[UUID], usage_tu: dict[str, float]) -> Snapshot:
+                   asked: set[UUID], usage_tu: dict[str, float],
+                   ledger: usage_ledger.LedgerState | None = None, now: float | None = None,
+                   policy: Policy | None = None) -> Snapshot:
     """Free memory = declared/NVML total minus what admitted segments were estimated to use."""
     used: dict[int, float] = {}
     for view in running:
         for index in reserved.get(view.flow_run_id, ()):
             used[index] = used.get(index, 0.0) + view.est_mem_gb
     gpus = tuple(_gpu(g, used.get(g.index, 0.0)) for g in inventory)
+    history = _History(ledger, now, policy or Policy())
     run_segments = tuple(_segment(v, reserved.get(v.flow_run_id, ()),
                                   started_at.get(v.flow_run_id, v.queued_at),
-                                  v.flow_run_id in asked) for v in running)
-    wait_segments = tuple(_segment(v, (), None, False) for v in pending)
-    return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments, team_usage_tu=usage_tu)
+                                  v.flow_run_id in asked, history) for v in running)
+    wait_segments = tuple(_segment(v, (), None, False, history) for v in pending)
+    if ledger is None:
+        return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
+                        team_usage_tu=usage_tu)
+    return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
+                    team_usage_tu={**ledger.usage.decayed_tu, **usage_tu},
+                    team_period_tu=usage_ledger.period_spend(ledger, history.now, history.policy))
+
+
+@dataclass(frozen=True)
+class _History:
+    """What the ledger knows about one job, at `now`."""
+
+    ledger: usage_ledger.LedgerState | None
+    now: float | None
+    policy: Policy
+
+    def held_window_s(self, job_id: str) -> float:
+        if self.ledger is None or self.now is None:
+            return 0.0
+        return usage_ledger.held_window_s(self.ledger, job_id, self.now,
+                                          self.policy.long_job_window_s)
+
+    def attained_gpu_s(self, job_id: str) -> float:
+        return usage_ledger.attained_gpu_s(self.ledger, job_id) if self.ledger else 0.0
+
+    def last_held_at(self, job_id: str) -> float | None:
+        return usage_ledger.last_held_at(self.ledger, job_id) if self.ledger else None
 
 
 def _gpu(info: GpuInfo, used_gb: float) -> Gpu:
-    speed = _speed(info)
+    speed = gpu_speed(info)
     free = info.mem_total_gb - used_gb if not info.is_real else min(info.mem_free_gb,
                                                                     info.mem_total_gb - used_gb)
     return Gpu(index=info.index, name=info.name, mem_total_gb=info.mem_total_gb,
                mem_free_gb=max(0.0, free), speed=speed, uuid=info.uuid)
 
 
-def _speed(info: GpuInfo) -> float:
+def gpu_speed(info: GpuInfo) -> float:
+    """Relative speed (the TU rate): catalog speed, CPU speed for a declared slot."""
     if not info.is_real:
         return gpu_catalog.CPU_SLOT.speed
     try:
@@ -112,11 +157,26 @@ def _speed(info: GpuInfo) -> float:
 
 
 def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | None,
-             stopping: bool) -> Segment:
+             stopping: bool, history: _History) -> Segment:
     remaining_epochs = max(0, view.epochs - view.progress_epoch)
+    submitted = submitted_at(view)
     return Segment(
         id=str(view.flow_run_id), job_id=view.job_id, team=view.team, tier=view.tier,
-        submitted_at=view.queued_at, waiting_since=view.queued_at, est_mem_gb=view.est_mem_gb,
-        job_class=view.job_class, est_remaining_s=max(1.0, remaining_epochs * view.est_epoch_s),
+        submitted_at=submitted, waiting_since=waiting_since(submitted, history.last_held_at(view.job_id)),
+        est_mem_gb=view.est_mem_gb, job_class=view.job_class,
+        est_remaining_s=max(1.0, remaining_epochs * view.est_epoch_s),
         epoch=view.progress_epoch, epochs=view.epochs, gpu_indices=gpu_indices,
-        started_at=started, last_checkpoint_at=view.checkpoint_at, stopping=stopping)
+        started_at=started, last_checkpoint_at=view.checkpoint_at, stopping=stopping,
+        attained_gpu_s=history.attained_gpu_s(view.job_id),
+        held_window_s=history.held_window_s(view.job_id))
+
+
+def submitted_at(view: SegmentView) -> float:
+    """The job's submit time (the plan's `submitted_at`), else when the segment was queued."""
+    value = getattr(view, "submitted_at", None)
+    return float(value) if value else view.queued_at
+
+
+def waiting_since(submitted: float, last_held: float | None) -> float:
+    """Aging counts continuous waiting: since the job last held a GPU, or since its submission."""
+    return max(submitted, last_held) if last_held is not None else submitted

@@ -210,3 +210,24 @@ def _saved_port(paths: StatePaths) -> int | None:
         return int((paths.root / "port").read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def restart_worker(overrides: dict[str, str] | None = None, kill: bool = False) -> int:
+    """Stop the GPU worker (SIGTERM, or SIGKILL of the worker process alone when `kill`)
+    and start a new one with `overrides` in its environment. Returns the new PID."""
+    stack = current_stack()
+    pid = _read_pid(stack, "worker")
+    if pid:
+        if kill:
+            try:
+                os.kill(pid, signal.SIGKILL)  # the worker only: its segments become orphans
+            except ProcessLookupError:
+                pass
+        else:
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and _running(stack, "worker"):
+            time.sleep(0.1)
+        _signal_group(pid, signal.SIGKILL) if not kill else None
+    env = {**stack_env(stack), **(overrides or {})}
+    return _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)

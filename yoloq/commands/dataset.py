@@ -18,9 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument("--relative", action="store_true",
                        help="write `path: .` instead of the absolute folder into data.yaml")
+    updated = tools.add_parser("updated", help="announce a changed dataset (emits dataset.updated; "
+                                               "the retraining trigger resubmits its jobs)")
+    updated.add_argument("data", help="the dataset YAML that changed")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tool == "updated":
+        return announce_update(args.data)
     from yoloq.synth import synth_dataset
 
     try:
@@ -29,4 +34,25 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError("dataset synth", str(exc), "see `yoloq dataset synth --help`") from None
     print(f"wrote {args.train} train + {args.val} val images ({args.imgsz}px, {args.nc} classes): {data_yaml}")
+    return 0
+
+
+def announce_update(data: str) -> int:
+    from pathlib import Path
+
+    from yoloq.commands._client import stack_client
+
+    path = Path(data).resolve()
+    if not path.is_file():
+        raise UserError("data", f"file not found: {path}", "give the path of the dataset YAML")
+    with stack_client():
+        from prefect.events import emit_event
+
+        from yoloq.events import actor
+
+        emit_event(event="dataset.updated", resource={
+            "prefect.resource.id": f"yoloq.dataset.{path.parent.name}",
+            "prefect.resource.name": path.parent.name, "yoloq.dataset.path": str(path)},
+            payload={"actor": actor()})
+    print(f"dataset.updated emitted for {path}; jobs that train on it will be retrained")
     return 0

@@ -31,20 +31,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def submit_job(spec) -> dict:
-    """Create the parent run for a validated spec; returns the job id and flow run id."""
+    """Create the parent run for a validated spec on the running stack."""
     from yoloq.policy_config import check_submit_allowed
 
     check_submit_allowed(spec)
-    job_id = f"{spec.name}-{secrets.token_hex(3)}"
     with stack_client():
-        from prefect.deployments import run_deployment
+        job_id = create_job_run(spec, reason="yoloq submit")
+    return {"job_id": job_id}
 
-        from yoloq.events import emit_job_event
-        from yoloq.settings import JOB_DEPLOYMENT
 
-        run = run_deployment(JOB_DEPLOYMENT, parameters={"spec": spec.model_dump(), "job_id": job_id},
-                             flow_run_name=job_id, timeout=0, as_subflow=False,
-                             tags=[f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}",
-                                   "yoloq"])
-        emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason="yoloq submit")
-    return {"job_id": job_id, "flow_run_id": str(run.id)}
+def create_job_run(spec, reason: str) -> str:
+    """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API."""
+    from prefect.deployments import run_deployment
+
+    from yoloq.events import emit_job_event
+    from yoloq.settings import JOB_DEPLOYMENT
+
+    job_id = f"{spec.name}-{secrets.token_hex(3)}"
+    run_deployment(JOB_DEPLOYMENT, parameters={"spec": spec.model_dump(), "job_id": job_id},
+                   flow_run_name=job_id, timeout=0, as_subflow=False,
+                   tags=[f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq"])
+    emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
+    return job_id

@@ -1,0 +1,263 @@
+"""What yoloq costs over plain ultralytics for the same small job, side by side in one run.
+
+    python bench/overhead.py [--epochs 3] [--images 32] [--imgsz 64] [--repeat 1]
+
+The job: yolov8n.yaml on a synthetic shapes dataset, batch 8, seed 0, workers 0,
+plots off. It runs three ways, in this order, `--repeat` times (medians are shown):
+
+- plain:   a fresh Python process running `YOLO("yolov8n.yaml").train(...)`,
+           timed from process start to exit (import + train + ultralytics' final val);
+- yoloq-1: `submit` on a private real stack (Prefect server, job runner, yolo-gpu
+           worker, one CPU slot) with segment_epochs = epochs (1 segment);
+- yoloq-3: the same with segment_epochs = 1 (epochs segments, 3 by default).
+
+yoloq wall time is submit -> the parent run's end (Completed). The yoloq jobs
+use `export: []` (no export step; the spec's default would be TorchScript), but
+the last segment always evaluates best.pt on the test/val split: the evaluate
+and export task runs are timed from Prefect and shown apart ("excl. eval+export").
+The 2-core machine may be shared: expect noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BATCH = 8
+TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
+# Environment that could point this run at someone else's state folder or server.
+_FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONFIG_DIR",
+                "MPLCONFIGDIR", "YOLOQ_PORT")
+
+PLAIN_SCRIPT = """
+import json, sys, time
+from yoloq import offline
+offline.apply()
+from ultralytics import YOLO
+offline.quiet_ultralytics()
+args = json.loads(sys.argv[1])
+t0 = time.time()
+YOLO("yolov8n.yaml").train(**args)
+print("TRAIN_S", time.time() - t0)
+"""
+
+
+@dataclass(frozen=True)
+class YoloqRun:
+    wall_s: float            # submit -> parent run Completed
+    segments: int
+    segment_run_s: float     # sum of segment flow runs' Running -> end
+    evaluate_s: float        # the evaluate task run (last segment)
+    export_s: float          # the export task run, if the spec asked for one
+
+    @property
+    def eval_export_s(self) -> float:
+        return self.evaluate_s + self.export_s
+
+    @property
+    def wall_without_finish_s(self) -> float:
+        return self.wall_s - self.eval_export_s
+
+
+# -- a private stack ---------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def private_stack(home: Path) -> Iterator[None]:
+    """`yoloq up` in its own state folder and port, one declared CPU slot; `down` after."""
+    for key in _FOREIGN_ENV:
+        os.environ.pop(key, None)
+    os.environ.update(YOLOQ_HOME=str(home), YOLOQ_PORT=str(free_port()),
+                      YOLOQ_DECLARED_GPUS="1xCPU:8", YOLOQ_MIN_RUNTIME_S="0")
+    from yoloq import stack
+
+    stack.up(echo=lambda *a: None)
+    try:
+        yield
+    finally:
+        stack.down(echo=lambda *a: None)
+
+
+def write_spec(path: Path, data: Path, name: str, epochs: int, imgsz: int,
+               segment_epochs: int, **extra: Any) -> Path:
+    import yaml
+
+    spec = {"name": name, "team": "bench", "priority": "normal", "model": "yolov8n.yaml",
+            "data": str(data), "epochs": epochs, "imgsz": imgsz, "batch": BATCH,
+            "segment_epochs": segment_epochs, "export": [], "train_args": TRAIN_ARGS, **extra}
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def submit(spec_path: Path) -> tuple[str, float]:
+    """What `yoloq submit` does, in this process. Returns (job id, submit time)."""
+    from yoloq.analysis import analyse
+    from yoloq.commands.submit import submit_job
+    from yoloq.spec import load_spec
+
+    spec = load_spec(spec_path)
+    analyse(spec)
+    submitted_at = time.time()
+    result = submit_job(spec)
+    return result["job_id"], submitted_at
+
+
+def wait_final(client: Any, flow_run_id: str, timeout_s: float = 1800) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run = client.read_flow_run(flow_run_id)
+        if run.state and run.state.is_final():
+            return run
+        time.sleep(0.5)
+    raise TimeoutError(f"flow run {flow_run_id} did not finish in {timeout_s:.0f}s")
+
+
+def parent_run_id(client: Any, job_id: str) -> Any:
+    """The job's `yolo-job` flow run (named after the job id)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    [run] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[job_id])),
+                                  limit=1)
+    return run.id
+
+
+def ts(value: Any) -> float:
+    return value.timestamp()
+
+
+# -- the three ways ----------------------------------------------------------------------
+
+def run_plain(data: Path, epochs: int, imgsz: int, workdir: Path) -> tuple[float, float]:
+    """(process wall s, train() call s) for plain ultralytics in a fresh process."""
+    args = {"data": str(data), "epochs": epochs, "imgsz": imgsz, "batch": BATCH,
+            "device": "cpu", "project": str(workdir), "name": "plain", "exist_ok": True,
+            **TRAIN_ARGS}
+    started = time.time()
+    out = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT, json.dumps(args)],
+                         capture_output=True, text=True, timeout=1800)
+    wall = time.time() - started
+    if out.returncode != 0:
+        raise RuntimeError(f"plain ultralytics failed:\n{out.stderr[-2000:]}")
+    train_s = float(out.stdout.split("TRAIN_S")[-1].split()[0])
+    return wall, train_s
+
+
+def run_yoloq(spec_path: Path) -> YoloqRun:
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import segments_of
+
+    job_id, submitted_at = submit(spec_path)
+    with get_client(sync_client=True) as client:
+        parent = wait_final(client, parent_run_id(client, job_id))
+        if not parent.state.is_completed():
+            raise RuntimeError(f"job {job_id} ended {parent.state.name}: {parent.state.message}")
+        segments = segments_of(client, job_id)
+        segment_s = sum(ts(s.end_time) - ts(s.start_time) for s in segments)
+        tasks = _task_seconds(client, segments[-1].id)
+    return YoloqRun(wall_s=ts(parent.end_time) - submitted_at, segments=len(segments),
+                    segment_run_s=segment_s, evaluate_s=tasks.get("evaluate", 0.0),
+                    export_s=tasks.get("export", 0.0))
+
+
+def _task_seconds(client: Any, flow_run_id: Any) -> dict[str, float]:
+    """Seconds per task name ("evaluate-1a2" counts as "evaluate") in one flow run."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    seconds: dict[str, float] = {}
+    for task in tasks:
+        if task.start_time and task.end_time:
+            name = task.name.rsplit("-", 1)[0]
+            seconds[name] = seconds.get(name, 0.0) + ts(task.end_time) - ts(task.start_time)
+    return seconds
+
+
+# -- report ------------------------------------------------------------------------------
+
+def median_run(runs: list[YoloqRun]) -> YoloqRun:
+    return YoloqRun(wall_s=statistics.median(r.wall_s for r in runs), segments=runs[0].segments,
+                    segment_run_s=statistics.median(r.segment_run_s for r in runs),
+                    evaluate_s=statistics.median(r.evaluate_s for r in runs),
+                    export_s=statistics.median(r.export_s for r in runs))
+
+
+def report(plain: list[tuple[float, float]], one: list[YoloqRun], many: list[YoloqRun],
+           epochs: int) -> None:
+    plain_wall = statistics.median(p[0] for p in plain)
+    plain_train = statistics.median(p[1] for p in plain)
+    y1, y3 = median_run(one), median_run(many)
+    print(f"\nmedians of {len(plain)} run(s); seconds")
+    print(f"{'':24}{'wall':>8}{'excl. eval+export':>19}{'segments':>10}{'sum segment runs':>18}")
+    print(f"{'plain ultralytics':24}{plain_wall:8.1f}{'':>19}{'':>10}{'':>18}"
+          f"   (train() call alone {plain_train:.1f})")
+    for label, run in (("yoloq, 1 segment", y1), (f"yoloq, {y3.segments} segments", y3)):
+        print(f"{label:24}{run.wall_s:8.1f}{run.wall_without_finish_s:19.1f}{run.segments:10d}"
+              f"{run.segment_run_s:18.1f}   (evaluate {run.evaluate_s:.1f}, "
+              f"export {run.export_s:.1f})")
+    extra_segments = max(1, y3.segments - y1.segments)
+    per_segment = (y3.wall_s - y1.wall_s) / extra_segments
+    per_segment_runs = (y3.segment_run_s - y1.segment_run_s) / extra_segments
+    print(f"per-segment overhead: {per_segment:.1f} s wall (submit->Completed), "
+          f"{per_segment_runs:.1f} s in segment runs  [(yoloq{y3.segments} - yoloq1) / "
+          f"{extra_segments}]")
+    print("plain = fresh process start->exit (import, train, ultralytics' final val); "
+          "yoloq = submit->parent Completed (parent start, analyse, queueing, segment "
+          "processes, checkpoints to the store, MLflow, final val, evaluate; export off)")
+    print(f"ratio yoloq/plain: 1 segment {y1.wall_s / plain_wall:.2f}x, {y3.segments} segments "
+          f"{y3.wall_s / plain_wall:.2f}x (excl. eval+export: "
+          f"{y1.wall_without_finish_s / plain_wall:.2f}x, {y3.wall_without_finish_s / plain_wall:.2f}x)"
+          f"  [{epochs} epochs]")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--images", type=int, default=32, help="training images")
+    parser.add_argument("--imgsz", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="skip the untimed 1-epoch job that creates MLflow's database etc.")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="yoloq-bench-overhead-"))
+    from yoloq.synth import synth_dataset
+
+    data = synth_dataset(root / "data", train=args.images, val=max(4, args.images // 4),
+                         imgsz=args.imgsz, seed=0)
+    spec_one = write_spec(root / "one.yaml", data, "bench-one", args.epochs, args.imgsz, args.epochs)
+    spec_many = write_spec(root / "many.yaml", data, "bench-many", args.epochs, args.imgsz, 1)
+    plain, one, many = [], [], []
+    with private_stack(root / "home"):
+        if not args.no_warmup:
+            warm = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
+            print(f"warm-up job (untimed): {run_yoloq(warm).wall_s:.1f} s", flush=True)
+        for n in range(args.repeat):
+            plain.append(run_plain(data, args.epochs, args.imgsz, root / "plain"))
+            one.append(run_yoloq(spec_one))
+            many.append(run_yoloq(spec_many))
+            print(f"run {n + 1}: plain {plain[-1][0]:.1f} s, yoloq-1 {one[-1].wall_s:.1f} s, "
+                  f"yoloq-{many[-1].segments} {many[-1].wall_s:.1f} s", flush=True)
+    report(plain, one, many, args.epochs)
+
+
+if __name__ == "__main__":
+    main()

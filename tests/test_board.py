@@ -1,0 +1,204 @@
+"""The queue board: rows from real scheduling decisions, ETAs with an 80% interval,
+publish-on-change, and read back from the real Prefect server and `yoloq queue --json`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from work_pools import board
+from work_pools.inventory import GpuInfo
+from work_pools.policy.model import Policy
+from work_pools.scheduling import WorkerPolicy, schedule
+from yoloq.tiers import Tier
+
+NOW = 1_800_000_000.0
+
+
+@dataclass(frozen=True)
+class View:
+    """The SegmentView fields the worker's scheduling and the board read."""
+
+    flow_run_id: uuid.UUID
+    name: str
+    job_id: str
+    team: str = "vision"
+    tier: Tier = Tier.NORMAL
+    job_class: str = "full"
+    est_mem_gb: float = 6.0
+    est_epoch_s: float = 120.0
+    epochs: int = 5
+    epochs_done: int = 0
+    queued_at: float = NOW - 60
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def progress_epoch(self) -> int:
+        return self.epochs_done
+
+    @property
+    def checkpoint_at(self) -> float | None:
+        return None
+
+
+class FakeWorker:
+    """What `publish_if_changed` reads from the yolo-gpu worker."""
+
+    def __init__(self, running: list[View], name: str = "") -> None:
+        self.name = name or f"test-worker-{uuid.uuid4().hex[:6]}"
+        self._running = running
+        self._policy = WorkerPolicy(policy=Policy(min_runtime_s=3600))  # no preemption here
+
+    def _running_views(self) -> list[View]:
+        return list(self._running)
+
+
+def view(name: str, **kw: Any) -> View:
+    return View(uuid.uuid4(), name, name.split(".")[0], **kw)
+
+
+def one_slot() -> list[GpuInfo]:
+    return [GpuInfo(0, "GPU-0", "NVIDIA A100-SXM4-80GB", 80, 80)]
+
+
+def decide_for(worker: FakeWorker, pending: list[View], now: float = NOW):
+    running = worker._running_views()
+    reserved = {v.flow_run_id: (0,) for v in running}
+    started = {v.flow_run_id: now - 600 for v in running}
+    return schedule(one_slot(), running, pending, reserved, started, now, worker._policy)
+
+
+def test_rows_show_running_then_waiting_in_policy_order_with_etas():
+    # 5 epochs x 120 s on a speed-2.4 GPU: each job holds the slot 250 s (median)
+    busy = view("busy.s1", est_mem_gb=60)
+    worker = FakeWorker([busy])
+    low, urgent = view("low.s1", tier=Tier.LOW, est_mem_gb=60), view("urgent.s1", tier=Tier.URGENT,
+                                                                      est_mem_gb=60)
+    decision = decide_for(worker, [low, urgent])
+    rows = board.board_rows(worker, decision, NOW)
+    assert [(r["segment"], r["state"], r["position"]) for r in rows] == [
+        ("busy.s1", "running", 0), ("urgent.s1", "waiting", 1), ("low.s1", "waiting", 2)]
+    urgent_row, low_row = rows[1], rows[2]
+    assert urgent_row["tier"] == "urgent" and urgent_row["team"] == "vision"
+    assert urgent_row["eta_low"] <= urgent_row["eta_s"] <= urgent_row["eta_high"]
+    assert low_row["eta_s"] > urgent_row["eta_s"]  # queued behind urgent
+    assert urgent_row["eta"].startswith("in ") and "(" in urgent_row["eta"]
+    assert all(r["reason"].startswith("waiting") for r in rows[1:])
+    json.dumps(rows)  # a table artifact holds plain JSON
+
+
+def test_admitted_segments_show_as_running():
+    worker = FakeWorker([])
+    first = view("first.s1", est_mem_gb=60)
+    decision = decide_for(worker, [first])
+    rows = board.board_rows(worker, decision, NOW)
+    assert [(r["segment"], r["state"], r["gpus"]) for r in rows] == [("first.s1", "running", "0")]
+    assert rows[0]["reason"].startswith("admitted on GPU 0")
+
+
+@pytest.mark.parametrize(("mid", "low", "high", "text"), [
+    pytest.param(10, 0, 30, "now", id="within-a-minute"),
+    pytest.param(300, 180, 540, "in 5m (3m-9m)", id="minutes"),
+    pytest.param(3 * 3600, 2 * 3600, 5 * 3600, "in 3.0h (2.0h-5.0h)", id="hours"),
+    pytest.param(3 * 86400, 2 * 86400, 4 * 86400, "in 3.0d (2.0d-4.0d)", id="days"),
+])
+def test_eta_text(mid, low, high, text):
+    assert board.eta_text(mid, low, high) == text
+
+
+def test_eta_is_rounded_so_small_moves_do_not_republish():
+    busy = view("busy.s1", est_mem_gb=60)
+    worker = FakeWorker([busy])
+    waiting = view("w.s1", est_mem_gb=60)
+    rows_now = board.board_rows(worker, decide_for(worker, [waiting]), NOW)
+    rows_later = board.board_rows(worker, decide_for(worker, [waiting], NOW + 1), NOW + 1)
+    assert rows_now == rows_later
+
+
+# -- against the real Prefect server ----------------------------------------------------
+
+@pytest.fixture
+def prefect_api(yoloq_stack):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: yoloq_stack.api_url}):
+        yield yoloq_stack
+
+
+@pytest.fixture
+def future_segments(prefect_api):
+    """Two real `train-segment` flow runs, scheduled a day ahead so no worker starts them."""
+    from datetime import datetime, timedelta, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    from yoloq.settings import SEGMENT_DEPLOYMENT
+
+    tag = uuid.uuid4().hex[:6]
+    runs = []
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(SEGMENT_DEPLOYMENT)
+        for job, tier in ((f"board-low-{tag}", "low"), (f"board-high-{tag}", "high")):
+            when = datetime.now(timezone.utc) + timedelta(days=1)
+            runs.append(client.create_flow_run_from_deployment(
+                deployment.id, name=f"{job}.s1.e0-2", work_queue_name=tier,
+                state=Scheduled(scheduled_time=when), tags=[f"job:{job}", "yoloq"],
+                parameters={"job_id": job, "stop_after_epoch": 2,
+                            "spec": {"team": "vision", "priority": tier, "epochs": 4},
+                            "plan": {"team": "vision", "tier": tier, "est_mem_gb": 60,
+                                     "est_epoch_s": 100, "epochs": 4, "epochs_done": 0}}))
+        yield runs
+        for run in runs:
+            client.delete_flow_run(run.id)
+
+
+def test_board_is_published_on_change_and_read_by_yoloq_queue(future_segments, capsys):
+    from work_pools.segments import segment_view
+
+    pending = [segment_view(run) for run in future_segments]
+    worker = FakeWorker([view("someone-else.s1", est_mem_gb=60)])
+    now = time.time()
+    decision = decide_for(worker, pending, now)
+    assert asyncio.run(board.publish_if_changed(worker, decision, now)) is True
+    assert asyncio.run(board.publish_if_changed(worker, decision, now + 1)) is False
+
+    published = _latest_board_rows()
+    names = {run.name for run in future_segments}
+    mine = {r["segment"]: r for r in published if r.get("segment") in names}
+    high, low = (next(r for r in mine.values() if r["tier"] == t) for t in ("high", "low"))
+    assert (high["position"], low["position"]) == (1, 2)
+    assert high["eta_low"] <= high["eta_s"] <= high["eta_high"] < low["eta_high"]
+
+    queue = _yoloq_queue_json(capsys)
+    shown = {r["segment"]: r for r in queue if r["segment"] in names}
+    assert shown[high["segment"]]["eta"] == high["eta"]
+    assert shown[low["segment"]]["eta_low"] == low["eta_low"]
+    assert shown[high["segment"]]["reason"] == high["reason"]
+    assert shown[high["segment"]]["position"] < shown[low["segment"]]["position"]
+
+
+def _latest_board_rows() -> list[dict[str, Any]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(
+            any_=[board.BOARD_KEY])), sort=ArtifactSort.CREATED_DESC, limit=1)
+    data = arts[0].data
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def _yoloq_queue_json(capsys) -> list[dict[str, Any]]:
+    from yoloq.cli import main
+
+    capsys.readouterr()
+    assert main(["queue", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)

@@ -1,0 +1,119 @@
+"""The `yoloq-policy` block: fields -> Policy, and resolution (block, env, defaults)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from work_pools.policy.model import Policy, Quota
+from yoloq.tiers import Tier
+
+
+@pytest.fixture
+def no_blocks(monkeypatch):
+    monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
+    for key in ("YOLOQ_MIN_RUNTIME_S", "YOLOQ_GRACE_S", "YOLOQ_GRACE_EPOCHS", "YOLOQ_TIER_CAPS"):
+        monkeypatch.delenv(key, raising=False)
+    return monkeypatch
+
+
+def test_block_fields_become_the_policy():
+    from blocks.policy import SchedulingPolicy, TeamQuota
+
+    block = SchedulingPolicy(
+        team_weights={"vision": 2.0}, quotas={"nlp": TeamQuota(tu=20, period="week")},
+        tier_caps={"oncall": "URGENT", "interns": "normal"}, default_tier_cap="high",
+        min_runtime_s=120, aging_step_s=1800, long_job_share=0.6, long_job_window_s=7200,
+        share_gpus=True, allow_reduced_batch=True, usage_half_life_s=3600,
+        min_grace_s=30, grace_epochs=3)
+    policy = block.to_policy()
+    assert policy.team_weights == {"vision": 2.0}
+    assert policy.quotas == {"nlp": Quota(20, "week")}
+    assert policy.tier_caps == {"oncall": Tier.URGENT, "interns": Tier.NORMAL}
+    assert policy.default_tier_cap is Tier.HIGH
+    assert (policy.min_runtime_s, policy.aging_step_s, policy.usage_half_life_s) == (120, 1800, 3600)
+    assert (policy.long_job_share, policy.long_job_window_s) == (0.6, 7200)
+    assert policy.share_gpus and policy.allow_reduced_batch
+    settings = block.to_settings("test")
+    assert (settings.min_grace_s, settings.grace_epochs) == (30, 3)
+
+
+def test_default_block_is_the_default_policy():
+    from blocks.policy import SchedulingPolicy
+
+    assert SchedulingPolicy().to_policy() == Policy()
+
+
+@pytest.mark.parametrize("field", [
+    pytest.param({"default_tier_cap": "critical"}, id="unknown-default-cap"),
+    pytest.param({"tier_caps": {"a": "asap"}}, id="unknown-team-cap"),
+    pytest.param({"quotas": {"a": {"tu": 5, "period": "month"}}}, id="unknown-period"),
+    pytest.param({"quotas": {"a": {"tu": 0}}}, id="zero-quota"),
+    pytest.param({"min_runtime_s": -1}, id="negative-runtime"),
+])
+def test_invalid_fields_are_rejected(field):
+    from pydantic import ValidationError
+
+    from blocks.policy import SchedulingPolicy
+
+    with pytest.raises(ValidationError):
+        SchedulingPolicy(**field)
+
+
+def test_without_block_or_env_the_defaults_apply(no_blocks):
+    from blocks.policy import resolve_policy_settings
+
+    resolved = resolve_policy_settings()
+    assert resolved.source == "defaults"
+    assert resolved.policy == Policy()
+
+
+def test_env_overrides_apply_without_a_block(no_blocks):
+    from blocks.policy import resolve_policy_settings
+    from work_pools.scheduling import WorkerPolicy
+
+    no_blocks.setenv("YOLOQ_MIN_RUNTIME_S", "0")
+    no_blocks.setenv("YOLOQ_GRACE_S", "15")
+    no_blocks.setenv("YOLOQ_TIER_CAPS", "interns=normal, oncall=urgent")
+    resolved = resolve_policy_settings()
+    assert resolved.source == "environment"
+    assert resolved.policy.min_runtime_s == 0
+    assert resolved.policy.tier_caps == {"interns": Tier.NORMAL, "oncall": Tier.URGENT}
+    assert (resolved.min_grace_s, resolved.grace_epochs) == (15, 2.0)
+    worker = WorkerPolicy.from_env()
+    assert (worker.policy, worker.min_grace_s, worker.source) == (resolved.policy, 15, "environment")
+
+
+@pytest.fixture
+def prefect_api(yoloq_stack):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: yoloq_stack.api_url}):
+        yield yoloq_stack
+
+
+def test_saved_block_wins_over_env(prefect_api, monkeypatch):
+    """Saved under a test-only name, so the stack's worker never picks it up."""
+    from blocks.policy import SchedulingPolicy, TeamQuota, resolve_policy_settings, saved_block
+
+    name = f"test-policy-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api.api_url)
+    monkeypatch.setenv("YOLOQ_USE_BLOCKS", "1")
+    monkeypatch.setenv("YOLOQ_MIN_RUNTIME_S", "0")
+    SchedulingPolicy(quotas={"vision": TeamQuota(tu=3)}, min_runtime_s=900,
+                     min_grace_s=45).save(name, _sync=True)
+    try:
+        resolved = resolve_policy_settings(name)
+        assert resolved.source == f"block {name}"
+        assert resolved.policy.min_runtime_s == 900  # the block, not YOLOQ_MIN_RUNTIME_S
+        assert resolved.policy.quotas == {"vision": Quota(3, "day")}
+        assert resolved.min_grace_s == 45
+        assert saved_block(f"missing-{name}") is None
+        assert resolve_policy_settings(f"missing-{name}").source == "environment"
+    finally:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            doc = client.read_block_document_by_name(name, "yoloq-scheduling-policy")
+            client.delete_block_document(doc.id)

@@ -1,0 +1,146 @@
+"""The yolo-gpu worker on the real stack with real training: tier order, no thrash,
+grace kill of a stuck victim, and recovery after the worker is SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from test_job_e2e import wait_final, write_spec, yoloq
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+
+
+@contextmanager
+def worker_with(**env: str):
+    """Restart the session's worker with extra settings; restore the default one after."""
+    from yoloq.stack import restart_worker
+
+    restart_worker({k: str(v) for k, v in env.items()})
+    try:
+        yield
+    finally:
+        restart_worker()
+
+
+def submit(spec) -> str:
+    out = yoloq("submit", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["job_id"]
+
+
+def segments(job_id: str) -> list:
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import segments_of
+
+    with get_client(sync_client=True) as client:
+        return segments_of(client, job_id)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 300):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_epoch(job_id: str) -> int | None:
+    """The epoch last checkpointed by the job's running segment, or None if not running."""
+    for seg in segments(job_id):
+        if seg.state and seg.state.is_running():
+            return int((seg.labels or {}).get("yoloq.epoch", 0))
+    return None
+
+
+@pytest.fixture(scope="module")
+def long_epochs_dataset(session_dir):
+    """Epochs of several seconds on this CPU, so a job can be caught inside one."""
+    from yoloq.synth import synth_dataset
+
+    return synth_dataset(session_dir / "shapes160", train=160, val=8, imgsz=64, seed=2)
+
+
+def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_dataset, tmp_path):
+    with worker_with(YOLOQ_DECLARED_GPUS="2xCPU:8"):
+        blockers = [submit(write_spec(tmp_path / f"b{i}.yaml", long_epochs_dataset, name=f"blocker{i}",
+                                      team="ops", priority="urgent", epochs=2, segment_epochs=2,
+                                      batch=16, export=[]))
+                    for i in range(2)]
+        for job in blockers:
+            wait_for(lambda j=job: running_epoch(j) is not None, f"{job} running")
+        order = {}
+        for tier in ("low", "normal", "high"):
+            order[tier] = submit(write_spec(tmp_path / f"{tier}.yaml", tiny_dataset, name=f"order-{tier}",
+                                            team=f"team-{tier}", priority=tier, epochs=1, export=[]))
+        wait_for(lambda: all(segments(j) for j in order.values()), "all three queued", 120)
+        assert all(running_epoch(j) is not None for j in blockers), "blockers must still hold both slots"
+        for job in [*blockers, *order.values()]:
+            assert wait_final(job)["state"] == "Completed"
+    start = {tier: min(s.start_time for s in segments(job)) for tier, job in order.items()}
+    assert start["high"] <= start["normal"] <= start["low"], start
+
+
+def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs_dataset, tmp_path):
+    with worker_with(YOLOQ_MIN_RUNTIME_S=3600):
+        low = submit(write_spec(tmp_path / "low.yaml", long_epochs_dataset, name="thrash-low",
+                                priority="low", epochs=2, segment_epochs=2, batch=16, export=[]))
+        wait_for(lambda: running_epoch(low) is not None, "low running")
+        urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="thrash-urgent",
+                                   team="oncall", priority="urgent", epochs=1, export=[]))
+        assert wait_final(low)["preemptions"] == 0
+        assert wait_final(urgent)["state"] == "Completed"
+    [low_segment] = segments(low)
+    assert low_segment.state.name == "Completed"
+    assert (low_segment.labels or {}).get("yoloq.preempt") != "requested"
+    assert min(s.start_time for s in segments(urgent)) >= low_segment.end_time
+
+
+def test_stuck_victim_is_killed_after_grace_and_resumes(yoloq_stack, tiny_dataset,
+                                                       long_epochs_dataset, tmp_path):
+    with worker_with(YOLOQ_GRACE_S=1, YOLOQ_GRACE_EPOCHS=0):
+        low = submit(write_spec(tmp_path / "low.yaml", long_epochs_dataset, name="stuck-low",
+                                priority="low", epochs=3, segment_epochs=3, batch=16, export=[]))
+        wait_for(lambda: (running_epoch(low) or 0) >= 1, "low past epoch 1")
+        urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="stuck-urgent",
+                                   team="oncall", priority="urgent", epochs=1, export=[]))
+        assert wait_final(urgent)["state"] == "Completed"
+        final = wait_final(low)
+    assert final["state"] == "Completed" and final["epochs_done"] == 3
+    states = [s.state.type.value for s in segments(low)]
+    assert "CRASHED" in states, states  # killed inside its epoch, after the grace
+    _assert_each_epoch_logged_once(low, 3)
+
+
+def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, long_epochs_dataset,
+                                                            tmp_path):
+    from yoloq.stack import restart_worker
+
+    job = submit(write_spec(tmp_path / "job.yaml", long_epochs_dataset, name="orphaned",
+                            priority="normal", epochs=3, segment_epochs=3, batch=16, export=[]))
+    wait_for(lambda: (running_epoch(job) or 0) >= 1, "job past epoch 1")
+    restart_worker(kill=True)  # SIGKILL the worker; a new one adopts the mess
+    final = wait_final(job)
+    assert final["state"] == "Completed" and final["epochs_done"] == 3
+    first = segments(job)[0]
+    assert first.state.is_crashed(), first.state
+    _assert_each_epoch_logged_once(job, 3)
+
+
+def _assert_each_epoch_logged_once(job_id: str, epochs: int) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from yoloq import settings
+
+    uri, experiment = settings.mlflow_tracking_uri()
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/box_loss")]
+    assert sorted(steps) == list(range(1, epochs + 1)), steps
