@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -236,6 +237,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the untimed 1-epoch job that creates MLflow's database etc.")
+    parser.add_argument("--keep", action="store_true", help="keep the state folder")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-overhead-"))
@@ -246,16 +248,20 @@ def main() -> None:
     spec_one = write_spec(root / "one.yaml", data, "bench-one", args.epochs, args.imgsz, args.epochs)
     spec_many = write_spec(root / "many.yaml", data, "bench-many", args.epochs, args.imgsz, 1)
     plain, one, many = [], [], []
-    with private_stack(root / "home"):
-        if not args.no_warmup:
-            warm = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
-            print(f"warm-up job (untimed): {run_yoloq(warm).wall_s:.1f} s", flush=True)
-        for n in range(args.repeat):
-            plain.append(run_plain(data, args.epochs, args.imgsz, root / "plain"))
-            one.append(run_yoloq(spec_one))
-            many.append(run_yoloq(spec_many))
-            print(f"run {n + 1}: plain {plain[-1][0]:.1f} s, yoloq-1 {one[-1].wall_s:.1f} s, "
-                  f"yoloq-{many[-1].segments} {many[-1].wall_s:.1f} s", flush=True)
+    try:
+        with private_stack(root / "home"):
+            if not args.no_warmup:
+                warm = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
+                print(f"warm-up job (untimed): {run_yoloq(warm).wall_s:.1f} s", flush=True)
+            for n in range(args.repeat):
+                plain.append(run_plain(data, args.epochs, args.imgsz, root / "plain"))
+                one.append(run_yoloq(spec_one))
+                many.append(run_yoloq(spec_many))
+                print(f"run {n + 1}: plain {plain[-1][0]:.1f} s, yoloq-1 {one[-1].wall_s:.1f} s, "
+                      f"yoloq-{many[-1].segments} {many[-1].wall_s:.1f} s", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
     report(plain, one, many, args.epochs)
 
 

@@ -8,8 +8,10 @@ times: submit an urgent 1-epoch job, wait until it has completed and the low job
 is training again (one new checkpoint since it resumed), repeat. Per preemption,
 from Prefect's records:
 
+- submit -> queued:     urgent parent run created -> its segment run created
 - submit -> asked:      urgent parent run created -> victim's `yoloq.preempt_asked_at` label
 - asked -> exited:      that label -> the victim segment's end time (its final state)
+- exited -> urgent running: victim's end -> the urgent segment's start time (Running)
 - submit -> urgent running: urgent parent run created -> urgent segment's start time
 - urgent done -> low running: urgent parent's end -> the low job's next segment's start
 - redone GPU-s:         training lost and done again: 0 for a victim that stopped at
@@ -46,9 +48,11 @@ class Preemption:
     urgent_job: str
     victim: str                  # victim segment's flow run name
     victim_state: str            # "Preempted", or how else it ended
+    submit_to_queued_s: float    # the urgent segment exists (parent started, analysed, queued)
     submit_to_asked_s: float
     asked_to_exited_s: float
     submit_to_urgent_running_s: float
+    exited_to_urgent_running_s: float
     urgent_done_to_low_running_s: float
     redone_gpu_s: float
     stopped_at_epoch: int
@@ -168,9 +172,11 @@ def measure(urgent_parent: Any, urgent_segment: Any, victim: Any, resumed: Any) 
     resumed_from = int(resumed.parameters["plan"]["epochs_done"])
     return Preemption(
         urgent_job=urgent_parent.name, victim=victim.name, victim_state=victim.state.name,
+        submit_to_queued_s=ts(urgent_segment.created) - submitted,
         submit_to_asked_s=asked - submitted,
         asked_to_exited_s=ts(victim.end_time) - asked,
         submit_to_urgent_running_s=ts(urgent_segment.start_time) - submitted,
+        exited_to_urgent_running_s=ts(urgent_segment.start_time) - ts(victim.end_time),
         urgent_done_to_low_running_s=ts(resumed.start_time) - ts(urgent_parent.end_time),
         redone_gpu_s=redone_gpu_s(victim, stopped_at, resumed_from),
         stopped_at_epoch=stopped_at, resumed_from_epoch=resumed_from)
@@ -202,8 +208,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-METRICS = (("submit -> victim asked", "submit_to_asked_s"),
+METRICS = (("submit -> urgent queued", "submit_to_queued_s"),
+           ("submit -> victim asked", "submit_to_asked_s"),
            ("asked -> victim exited", "asked_to_exited_s"),
+           ("victim exited -> urgent run.", "exited_to_urgent_running_s"),
            ("submit -> urgent running", "submit_to_urgent_running_s"),
            ("urgent done -> low running", "urgent_done_to_low_running_s"),
            ("redone GPU-s", "redone_gpu_s"))

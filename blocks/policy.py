@@ -153,8 +153,7 @@ def settings_from_env() -> PolicySettings:
 
 
 def _api_url() -> str:
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
+    """The URL Prefect's client will use (never an ephemeral server started on demand)."""
     from prefect.settings import PREFECT_API_URL
 
     return PREFECT_API_URL.value() or ""

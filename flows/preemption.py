@@ -19,6 +19,7 @@ class InMemoryPreemption:
 
     after_epoch: int | None = None
     asked: list[int] = field(default_factory=list)
+    cancelled: bool = False
 
     def should_preempt(self, epoch: int) -> bool:
         self.asked.append(epoch)
@@ -27,17 +28,22 @@ class InMemoryPreemption:
 
 @dataclass
 class FlowRunPreemption:
-    """Reads the preemption label of this segment's flow run on the Prefect server."""
+    """Reads this segment's flow run: a preemption label, or a user's cancel (Cancelling).
+
+    Both stop the segment at the epoch boundary just reached, checkpoint kept.
+    """
 
     flow_run_id: UUID
     requested_at: float | None = None
+    cancelled: bool = False
 
     def should_preempt(self, epoch: int) -> bool:
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:
-            labels = client.read_flow_run(self.flow_run_id).labels or {}
-        wanted = labels.get(PREEMPT_LABEL) == "requested"
+            run = client.read_flow_run(self.flow_run_id)
+        self.cancelled = bool(run.state and run.state.is_cancelling())
+        wanted = (run.labels or {}).get(PREEMPT_LABEL) == "requested" or self.cancelled
         if wanted and self.requested_at is None:
             self.requested_at = time.time()
         return wanted

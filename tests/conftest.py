@@ -74,8 +74,12 @@ def yoloq_stack():
     os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "0")
     os.environ["YOLOQ_PORT"] = str(_free_port())
     stack = stack_mod.up(echo=lambda *a: None)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     try:
-        yield stack
+        # Prefect reads its settings at import: pin this process's client to the stack.
+        with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
+            yield stack
     finally:
         stack_mod.down(echo=lambda *a: None)
 

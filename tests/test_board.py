@@ -99,7 +99,7 @@ def test_admitted_segments_show_as_running():
     decision = decide_for(worker, [first])
     rows = board.board_rows(worker, decision, NOW)
     assert [(r["segment"], r["state"], r["gpus"]) for r in rows] == [("first.s1", "running", "0")]
-    assert rows[0]["reason"].startswith("admitted on GPU 0")
+    assert rows[0]["reason"] == "running"
 
 
 @pytest.mark.parametrize(("mid", "low", "high", "text"), [
@@ -119,6 +119,19 @@ def test_eta_is_rounded_so_small_moves_do_not_republish():
     rows_now = board.board_rows(worker, decide_for(worker, [waiting]), NOW)
     rows_later = board.board_rows(worker, decide_for(worker, [waiting], NOW + 1), NOW + 1)
     assert rows_now == rows_later
+
+
+@pytest.mark.parametrize(("last", "new", "publish"), [
+    pytest.param(None, ("rows", "rows+text", 0.0), True, id="first-board"),
+    pytest.param(("rows", "rows+text", 0.0), ("other", "other+text", 1.0), True, id="rows-changed"),
+    pytest.param(("rows", "rows+text", 0.0), ("rows", "rows+text", 500.0), False, id="unchanged"),
+    pytest.param(("rows", "rows+text", 0.0), ("rows", "rows+newtext", 30.0), False,
+                 id="text-only-within-a-minute"),
+    pytest.param(("rows", "rows+text", 0.0), ("rows", "rows+newtext", 60.0), True,
+                 id="text-only-after-a-minute"),
+])
+def test_publish_only_on_change(last, new, publish):
+    assert board.should_publish(last, new) is publish
 
 
 # -- against the real Prefect server ----------------------------------------------------

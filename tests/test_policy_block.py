@@ -98,7 +98,6 @@ def test_saved_block_wins_over_env(prefect_api, monkeypatch):
     from blocks.policy import SchedulingPolicy, TeamQuota, resolve_policy_settings, saved_block
 
     name = f"test-policy-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv("PREFECT_API_URL", prefect_api.api_url)
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "1")
     monkeypatch.setenv("YOLOQ_MIN_RUNTIME_S", "0")
     SchedulingPolicy(quotas={"vision": TeamQuota(tu=3)}, min_runtime_s=900,

@@ -67,10 +67,20 @@ def long_epochs_dataset(session_dir):
     return synth_dataset(session_dir / "shapes160", train=160, val=8, imgsz=64, seed=2)
 
 
+@pytest.fixture(scope="module")
+def longer_epochs_dataset(session_dir):
+    """Epochs of about ten seconds: the urgent job arrives inside one."""
+    from yoloq.synth import synth_dataset
+
+    return synth_dataset(session_dir / "shapes640", train=640, val=8, imgsz=64, seed=3)
+
+
 def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_dataset, tmp_path):
+    """Two slots busy; low, normal, high arrive in that order; as slots free they start
+    high, then normal, then low."""
     with worker_with(YOLOQ_DECLARED_GPUS="2xCPU:8"):
         blockers = [submit(write_spec(tmp_path / f"b{i}.yaml", long_epochs_dataset, name=f"blocker{i}",
-                                      team="ops", priority="urgent", epochs=2, segment_epochs=2,
+                                      team="ops", priority="urgent", epochs=50, segment_epochs=50,
                                       batch=16, export=[]))
                     for i in range(2)]
         for job in blockers:
@@ -80,11 +90,19 @@ def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_d
             order[tier] = submit(write_spec(tmp_path / f"{tier}.yaml", tiny_dataset, name=f"order-{tier}",
                                             team=f"team-{tier}", priority=tier, epochs=1, export=[]))
         wait_for(lambda: all(segments(j) for j in order.values()), "all three queued", 120)
-        assert all(running_epoch(j) is not None for j in blockers), "blockers must still hold both slots"
-        for job in [*blockers, *order.values()]:
+        assert all(running_epoch(j) is not None for j in blockers), "blockers hold both slots"
+        for blocker, tier in zip(blockers, ("high", "normal")):
+            began = time.monotonic()
+            assert yoloq("cancel", blocker).returncode == 0
+            print(f"cancel {blocker}: {time.monotonic() - began:.1f}s")
+            wait_for(lambda t=tier: any(s.start_time for s in segments(order[t])), f"{tier} started")
+        assert not any(s.start_time for s in segments(order["low"])), "low must still wait"
+        for blocker in blockers:  # a user's cancel stops a running segment at its next boundary
+            assert wait_final(blocker)["state"] == "Cancelled"
+        for job in order.values():
             assert wait_final(job)["state"] == "Completed"
     start = {tier: min(s.start_time for s in segments(job)) for tier, job in order.items()}
-    assert start["high"] <= start["normal"] <= start["low"], start
+    assert start["high"] < start["normal"] < start["low"], start
 
 
 def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs_dataset, tmp_path):
@@ -103,9 +121,9 @@ def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs
 
 
 def test_stuck_victim_is_killed_after_grace_and_resumes(yoloq_stack, tiny_dataset,
-                                                       long_epochs_dataset, tmp_path):
+                                                       longer_epochs_dataset, tmp_path):
     with worker_with(YOLOQ_GRACE_S=1, YOLOQ_GRACE_EPOCHS=0):
-        low = submit(write_spec(tmp_path / "low.yaml", long_epochs_dataset, name="stuck-low",
+        low = submit(write_spec(tmp_path / "low.yaml", longer_epochs_dataset, name="stuck-low",
                                 priority="low", epochs=3, segment_epochs=3, batch=16, export=[]))
         wait_for(lambda: (running_epoch(low) or 0) >= 1, "low past epoch 1")
         urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="stuck-urgent",
@@ -118,11 +136,11 @@ def test_stuck_victim_is_killed_after_grace_and_resumes(yoloq_stack, tiny_datase
     _assert_each_epoch_logged_once(low, 3)
 
 
-def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, long_epochs_dataset,
+def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, longer_epochs_dataset,
                                                             tmp_path):
     from yoloq.stack import restart_worker
 
-    job = submit(write_spec(tmp_path / "job.yaml", long_epochs_dataset, name="orphaned",
+    job = submit(write_spec(tmp_path / "job.yaml", longer_epochs_dataset, name="orphaned",
                             priority="normal", epochs=3, segment_epochs=3, batch=16, export=[]))
     wait_for(lambda: (running_epoch(job) or 0) >= 1, "job past epoch 1")
     restart_worker(kill=True)  # SIGKILL the worker; a new one adopts the mess

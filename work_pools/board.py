@@ -22,21 +22,35 @@ from work_pools.policy.model import Decision, Policy, Snapshot
 
 BOARD_KEY = "yoloq-queue-board"
 ETA_ROUND_S = 60.0
-_last: dict[str, str] = {}
+_last: dict[str, tuple[str, str, float]] = {}  # worker -> (content, with text, published at)
 
 
 async def publish_if_changed(worker: Any, decision: Any, now: float) -> bool:
-    """Publish the board when it differs from the last one this worker published."""
+    """Publish the board when a row changed (times compared rounded to the minute); the
+    relative "in 5m" text alone refreshes it at most once a minute."""
     rows = board_rows(worker, decision, now)
-    digest = json.dumps(rows, sort_keys=True, default=str)
-    if _last.get(worker.name) == digest:
+    state = board_state(rows, now)
+    if not should_publish(_last.get(worker.name), state):
         return False
     table = [{**row, "published_at": _iso(now)} for row in rows] or [
         {"job": "(queue empty)", "published_at": _iso(now)}]
     await _create_table_artifact(table, f"yoloq queue on worker {worker.name}: running and "
                                         "waiting segments, reasons and estimated starts")
-    _last[worker.name] = digest
+    _last[worker.name] = state
     return True
+
+
+def board_state(rows: list[dict[str, Any]], now: float) -> tuple[str, str, float]:
+    """(rows without the relative text, rows with it, when): what publishing compares."""
+    content = [{k: v for k, v in row.items() if k != "eta"} for row in rows]
+    return (json.dumps(content, sort_keys=True, default=str),
+            json.dumps(rows, sort_keys=True, default=str), now)
+
+
+def should_publish(last: tuple[str, str, float] | None, new: tuple[str, str, float]) -> bool:
+    if last is None or new[0] != last[0]:
+        return True
+    return new[1] != last[1] and new[2] - last[2] >= ETA_ROUND_S
 
 
 async def _create_table_artifact(table: list[dict[str, Any]], description: str) -> None:
@@ -79,8 +93,7 @@ def _running_row(seg: Any, view: Any, decision: Decision) -> dict[str, Any]:
     stopping = next((p.reason for p in decision.preempt if p.segment_id == seg.id), None)
     if stopping is None and seg.stopping:
         stopping = "preemption requested"
-    admitted = next((a.reason for a in decision.admit if a.segment_id == seg.id), None)
-    reason = f"stopping at next epoch: {stopping}" if stopping else admitted or "running"
+    reason = f"stopping at next epoch: {stopping}" if stopping else "running"
     return {**_identity(seg, view), "state": "running", "position": 0,
             "gpus": ",".join(str(i) for i in seg.gpu_indices), "reason": reason,
             "eta": "", "eta_at": "", "eta_s": None, "eta_low": None, "eta_high": None}

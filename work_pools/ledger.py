@@ -32,6 +32,7 @@ from work_pools.policy.model import Policy
 LEDGER_FILE = "ledger.json"
 RETAIN_JOB_S = 7 * 86400.0  # forget a job's attained service a week after it last ran
 RETAIN_NOTIFIED_S = 8 * 86400.0  # longer than the longest quota period
+SAVE_IDLE_EVERY_S = 60.0  # with nothing running, the file is rewritten at most once a minute
 
 
 @dataclass(frozen=True)
@@ -192,12 +193,14 @@ def save(state: LedgerState, path: Path) -> None:
 
 
 class UsageKeeper:
-    """The worker's ledger holder: charge each poll, remember notified breaches, persist."""
+    """The worker's ledger holder: charge each poll, remember notified breaches, persist
+    (after every poll with something running; at most once a minute when idle)."""
 
     def __init__(self, policy: Policy, path: Path | None = None) -> None:
         self.policy = policy
         self.path = path or default_path()
         self.state = load(self.path)
+        self._saved_at = float("-inf")
 
     def charge_running(self, views: Iterable[Any], reserved: Mapping[UUID, tuple[int, ...]],
                        started_at: Mapping[UUID, float], gpus: Iterable[Any],
@@ -208,12 +211,17 @@ class UsageKeeper:
                                  tuple(speeds.get(i, 1.0) for i in reserved.get(v.flow_run_id, ())))
                    for v in views if v.flow_run_id in started_at]
         self.state = record(self.state, running, now, self.policy)
-        save(self.state, self.path)
+        if running or now - self._saved_at >= SAVE_IDLE_EVERY_S:
+            self.save(now)
         return self.state
+
+    def save(self, now: float) -> None:
+        save(self.state, self.path)
+        self._saved_at = now
 
     def mark_notified(self, keys: Iterable[str], now: float) -> None:
         self.state = with_notified(self.state, keys, now)
-        save(self.state, self.path)
+        self.save(now)
 
 
 def gpu_speeds(gpus: Iterable[Any]) -> dict[int, float]:

@@ -30,6 +30,7 @@ class SegmentView:
     stop_after_epoch: int
     queued_at: float
     labels: dict[str, str]
+    submitted_at: float | None = None  # when the job (not this segment) was submitted
 
     @property
     def checkpoint_at(self) -> float | None:
@@ -61,6 +62,7 @@ def segment_view(flow_run: Any) -> SegmentView:
         stop_after_epoch=int(params.get("stop_after_epoch") or 0),
         queued_at=_ts(queued),
         labels={k: str(v) for k, v in (flow_run.labels or {}).items()},
+        submitted_at=float(plan["submitted_at"]) if plan.get("submitted_at") else None,
     )
 
 

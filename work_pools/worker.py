@@ -27,6 +27,7 @@ from prefect.workers.base import (
 
 from work_pools import processes
 from work_pools.inventory import GpuInfo, inventory
+from work_pools.ledger import UsageKeeper
 from work_pools.scheduling import WorkerPolicy, schedule
 from work_pools.segments import SegmentView, segment_view
 from yoloq.settings import PREEMPT_LABEL
@@ -70,11 +71,13 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         super().__init__(*args, **kwargs)
         self._gpus: list[GpuInfo] = []
         self._policy = WorkerPolicy.from_env()
+        self._ledger = UsageKeeper(self._policy.policy)
         self._reserved: dict[UUID, tuple[int, ...]] = {}   # admitted, until the process exits
         self._views: dict[UUID, SegmentView] = {}
         self._started_at: dict[UUID, float] = {}
         self._pids: dict[UUID, int] = {}
         self._asked: dict[UUID, float] = {}                  # victim -> when it was asked to stop
+        self._cancelling: dict[UUID, float] = {}             # cancelled by a user -> first seen
         self._stopping = False
 
     async def setup(self) -> None:
@@ -107,12 +110,16 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                    if r.flow_run.id not in self._reserved}
         await self._refresh_running_labels()
         now = time.time()
+        ledger = self._ledger.charge_running(self._running_views(), self._reserved,
+                                             self._started_at, self._gpus, now)
         decision = schedule(self._gpus, self._running_views(),
                             [segment_view(f) for f in pending.values()], self._reserved,
-                            self._started_at, now, self._policy, asked=set(self._asked))
+                            self._started_at, now, self._policy, asked=set(self._asked),
+                            ledger=ledger)
         for victim in decision.preempt:
             await self._ask_to_stop(victim.flow_run_id, victim.by_job, victim.reason)
         await self._enforce_grace(now)
+        await self._enforce_cancellations(now)
         started = []
         for admit in decision.admit:
             flow_run = pending[admit.flow_run_id]
@@ -121,6 +128,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             self.get_flow_run_logger(flow_run).info("admitted on GPU %s: %s", admit.gpus, admit.reason)
             self._runs_task_group.start_soon(self._start_segment, flow_run)
             started.append(flow_run)
+        self._notify_quota_breaches(decision, now)
         await self._publish_board(decision, now)
         return started
 
@@ -128,7 +136,11 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         return [self._views[i] for i in self._reserved if i in self._views]
 
     async def _start_segment(self, flow_run: Any) -> None:
+        """What Prefect's own submission step does for one run (the cancellation observer
+        must know the run is in flight, or a user's cancel would never reach it)."""
         self._submitting_flow_run_ids.add(flow_run.id)
+        if self._cancelling_observer is not None:
+            self._cancelling_observer.add_in_flight_flow_run_id(flow_run.id)
         try:
             await self._submit_run(flow_run)
         finally:
@@ -144,6 +156,21 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         runs = await self.client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
         for run in runs:
             self._views[run.id] = segment_view(run)
+            if run.state and run.state.is_cancelling():
+                self._cancelling.setdefault(run.id, time.time())
+
+    async def _enforce_cancellations(self, now: float) -> None:
+        """A cancelled segment stops at its next epoch boundary by itself; past its grace it is
+        killed. (Prefect 3.9 workers only cancel runs that have not started.)"""
+        for flow_run_id, since in list(self._cancelling.items()):
+            view, pid = self._views.get(flow_run_id), self._pids.get(flow_run_id)
+            if pid is None or view is None:
+                self._cancelling.pop(flow_run_id, None)
+                continue
+            if now - since > self._policy.grace_for(view.est_epoch_s):
+                self._logger.info("%s cancelled and past its grace; killing it", view.name)
+                await anyio.to_thread.run_sync(processes.kill_group, pid, 3.0)
+                await self._set_state(flow_run_id, "cancelled", "cancelled by user (killed after grace)")
 
     async def _ask_to_stop(self, flow_run_id: UUID, by_job: str, reason: str) -> None:
         if flow_run_id in self._asked:
@@ -168,6 +195,11 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             if now - asked > self._policy.grace_for(view.est_epoch_s):
                 self._logger.warning("%s did not stop within its grace; killing it", view.name)
                 await anyio.to_thread.run_sync(processes.kill_group, pid, 3.0)
+
+    def _notify_quota_breaches(self, decision: Any, now: float) -> None:
+        from yoloq.quota_alerts import notify_quota_breaches
+
+        notify_quota_breaches(decision.raw.quota_breaches, self._ledger, now)
 
     async def _publish_board(self, decision: Any, now: float) -> None:
         try:
@@ -206,7 +238,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
 
     def _release(self, flow_run_id: UUID) -> None:
         """Free the slot: only called once the segment's process has exited."""
-        for table in (self._reserved, self._pids, self._started_at, self._asked, self._views):
+        for table in (self._reserved, self._pids, self._started_at, self._asked, self._views,
+                      self._cancelling):
             table.pop(flow_run_id, None)
 
     async def kill_infrastructure(self, infrastructure_pid: str, configuration: Any,
@@ -224,12 +257,16 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                                            "last checkpoint.")
 
     async def _crash(self, flow_run_id: UUID, message: str) -> None:
-        from prefect.states import Crashed
+        await self._set_state(flow_run_id, "crashed", message)
 
+    async def _set_state(self, flow_run_id: UUID, kind: str, message: str) -> None:
+        from prefect.states import Cancelled, Crashed
+
+        state = {"crashed": Crashed, "cancelled": Cancelled}[kind](message=message)
         try:
-            await self.client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
+            await self.client.set_flow_run_state(flow_run_id, state, force=True)
         except Exception as exc:
-            self._logger.warning("could not mark %s crashed: %s", flow_run_id, exc)
+            self._logger.warning("could not mark %s %s: %s", flow_run_id, kind, exc)
 
     async def _fail_leftovers(self) -> None:
         """A restarted worker kills segments a previous instance left and marks them crashed."""

@@ -24,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("cancel", "cancel a job"),
     "history": ("history", "show a job's timeline"),
     "audit": ("audit", "list audit events"),
-    "dataset": ("dataset", "dataset tools (synth)"),
+    "dataset": ("dataset", "dataset tools (synth, updated)"),
+    "alerts": ("alerts", "notify a webhook or notification block when a team exceeds its quota"),
     "simulate": ("simulate", "replay a job trace through the scheduling policy"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
 }

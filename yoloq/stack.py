@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +73,16 @@ def use_stack(stack: Stack) -> None:
     os.environ.update(stack_env(stack))
 
 
+@contextmanager
+def api_settings(stack: Stack) -> Iterator[None]:
+    """Point this process's Prefect client at the stack, even if prefect was imported
+    before (its settings are read at import; a stale URL would start a throwaway server)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
+        yield
+
+
 def up(port: int | None = None, echo=print) -> Stack:
     stack = current_stack(port)
     stack.paths.ensure()
@@ -86,9 +98,10 @@ def up(port: int | None = None, echo=print) -> Stack:
     use_stack(stack)
     from yoloq.deploy import ensure_pools_and_deployments, recover_interrupted
 
-    ensure_pools_and_deployments(env, echo)
-    if not _running(stack, "runner") or not _running(stack, "worker"):
-        recover_interrupted(echo)
+    with api_settings(stack):
+        ensure_pools_and_deployments(env, echo)
+        if not _running(stack, "runner") or not _running(stack, "worker"):
+            recover_interrupted(echo)
     if not _running(stack, "runner"):
         _start(stack, "runner", [sys.executable, "-m", "work_pools.run_runner"], env)
     if not _running(stack, "worker"):

@@ -11,6 +11,8 @@ Uses `MlflowClient` explicitly: no global active run and no autolog.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -97,8 +99,10 @@ class JobTracker:
                  registry_uri: str | None = None, artifact_location: str | None = None) -> None:
         self.tracking_uri = tracking_uri or default_tracking_uri()
         self.experiment = experiment
-        self.client = MlflowClient(tracking_uri=self.tracking_uri,
-                                   registry_uri=registry_uri or self.tracking_uri)
+        with _first_use_lock(self.tracking_uri):  # the store is created (migrated) here
+            self.client = MlflowClient(tracking_uri=self.tracking_uri,
+                                       registry_uri=registry_uri or self.tracking_uri)
+            self.client.search_experiments(max_results=1)
         self._artifact_location = artifact_location or artifact_location_for(self.tracking_uri)
         self._experiment_id: str | None = None
 
@@ -148,7 +152,8 @@ class JobTracker:
 
     def _experiment(self) -> str:
         if self._experiment_id is None:
-            self._experiment_id = self._get_or_create_experiment()
+            with _first_use_lock(self.tracking_uri):
+                self._experiment_id = self._get_or_create_experiment()
         return self._experiment_id
 
     def _get_or_create_experiment(self) -> str:
@@ -262,6 +267,25 @@ class JobTracker:
             self.client.log_batch(run_id, params=chunk)
         for chunk in _chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(run_id, tags=chunk)
+
+
+@contextmanager
+def _first_use_lock(tracking_uri: str) -> Iterator[None]:
+    """Serialise first access to a SQLite store: MLflow migrates a new database on first
+    use, and two segments starting at once would race on that migration."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    lock_path = Path(tracking_uri.removeprefix("sqlite:///") + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _chunks(items: list[_T], size: int) -> Iterator[list[_T]]:

@@ -22,7 +22,9 @@ def stack_client() -> Iterator[Any]:
     use_stack(stack)
     from prefect.client.orchestration import get_client
 
-    with get_client(sync_client=True) as client:
+    from yoloq.stack import api_settings
+
+    with api_settings(stack), get_client(sync_client=True) as client:
         yield client
 
 
