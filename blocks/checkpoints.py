@@ -12,7 +12,6 @@ from __future__ import annotations
 import builtins
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 from urllib.parse import unquote, urlparse
@@ -28,6 +27,7 @@ from blocks.checkpoint_base import (
     metadata_key,
 )
 from blocks.s3 import S3CheckpointStore
+from yoloq.atomic import write_atomically
 
 __all__ = ["CheckpointInfo", "CheckpointStore", "LocalCheckpointStore", "RestoredCheckpoint",
            "S3CheckpointStore", "metadata_key", "store_from_uri"]
@@ -94,32 +94,7 @@ class LocalCheckpointStore(CheckpointStore):
 
     @staticmethod
     def _write_atomically(target: Path, write: Any) -> None:
-        """Temp file in the same folder, fsync, rename over the target, fsync the folder."""
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                write(out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temp_name, target)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on folders
-    finally:
-        os.close(fd)
+        write_atomically(target, write, prefix=_TEMP_PREFIX)
 
 
 def store_from_uri(uri: str, **kwargs: Any) -> CheckpointStore:

@@ -69,6 +69,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
             return None
         target = min(job.epochs, done + per_segment) if done < job.epochs else job.epochs
         segment += 1
+        job = _current_tier(job)
         run = run_deployment(
             settings.SEGMENT_DEPLOYMENT,
             parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
@@ -94,6 +95,18 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+def _current_tier(job: JobSpec) -> JobSpec:
+    """Apply a tier change made with `yoloq retier` (a label on this parent run)."""
+    from prefect.client.orchestration import get_client
+
+    from work_pools.segments import TIER_LABEL
+
+    with get_client(sync_client=True) as client:
+        labels = client.read_flow_run(current_run.get_id()).labels or {}
+    tier = labels.get(TIER_LABEL)
+    return job.model_copy(update={"priority": tier}) if tier and tier != job.priority else job
 
 
 def _killed_victim(run) -> bool:

@@ -14,6 +14,8 @@ from uuid import UUID
 
 from yoloq.tiers import Tier
 
+TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job was submitted at
+
 
 @dataclass(frozen=True)
 class SegmentView:
@@ -53,7 +55,8 @@ def segment_view(flow_run: Any) -> SegmentView:
         name=flow_run.name,
         job_id=str(params.get("job_id", flow_run.name)),
         team=str(plan.get("team") or spec.get("team") or "default"),
-        tier=Tier.parse(plan.get("tier") or spec.get("priority") or "normal"),
+        tier=Tier.parse((flow_run.labels or {}).get(TIER_LABEL) or plan.get("tier")
+                        or spec.get("priority") or "normal"),
         job_class=str(plan.get("job_class", "full")),
         est_mem_gb=float(plan.get("est_mem_gb") or 0.0),
         est_epoch_s=float(plan.get("est_epoch_s") or 0.0),

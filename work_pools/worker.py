@@ -33,6 +33,9 @@ from work_pools.segments import SegmentView, segment_view
 from yoloq.settings import PREEMPT_LABEL
 
 
+POLICY_REFRESH_S = 30.0
+
+
 class YoloGpuJobConfiguration(BaseJobConfiguration):
     working_dir: Optional[Path] = Field(default=None)
     stream_output: bool = Field(default=True)
@@ -72,6 +75,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._gpus: list[GpuInfo] = []
         self._policy = WorkerPolicy.from_env()
         self._ledger = UsageKeeper(self._policy.policy)
+        self._policy_read_at = time.time()
         self._reserved: dict[UUID, tuple[int, ...]] = {}   # admitted, until the process exits
         self._views: dict[UUID, SegmentView] = {}
         self._started_at: dict[UUID, float] = {}
@@ -110,6 +114,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                    if r.flow_run.id not in self._reserved}
         await self._refresh_running_labels()
         now = time.time()
+        await self._reload_policy(now)
         ledger = self._ledger.charge_running(self._running_views(), self._reserved,
                                              self._started_at, self._gpus, now)
         decision = schedule(self._gpus, self._running_views(),
@@ -131,6 +136,17 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._notify_quota_breaches(decision, now)
         await self._publish_board(decision, now)
         return started
+
+    async def _reload_policy(self, now: float) -> None:
+        """Re-read the policy block now and then, so quota and weight changes apply live."""
+        if now - self._policy_read_at < POLICY_REFRESH_S:
+            return
+        self._policy_read_at = now
+        policy = await anyio.to_thread.run_sync(WorkerPolicy.from_env)
+        if policy != self._policy:
+            self._logger.info("scheduling policy changed (%s)", policy.source)
+            self._policy = policy
+            self._ledger.policy = policy.policy
 
     def _running_views(self) -> list[SegmentView]:
         return [self._views[i] for i in self._reserved if i in self._views]

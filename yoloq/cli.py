@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "show one job, or all jobs"),
     "queue": ("queue", "show running and waiting jobs with positions and reasons"),
     "cancel": ("cancel", "cancel a job"),
+    "retier": ("retier", "move a queued or running job to another tier"),
+    "quota": ("quota", "set or clear a team's Training Unit budget"),
     "history": ("history", "show a job's timeline"),
     "audit": ("audit", "list audit events"),
     "dataset": ("dataset", "dataset tools (synth, updated)"),

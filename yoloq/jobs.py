@@ -92,3 +92,13 @@ def _runs_filtered(client, deployment: str, flt):
     return client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/")[1]])),
         flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
+
+
+def find_job(client, job_id: str) -> JobRecord:
+    """The job with this id, or a one-line error pointing at `yoloq status`."""
+    from yoloq.errors import UserError
+
+    jobs = list_jobs(client, job_id)
+    if not jobs:
+        raise UserError("job", f"no job named {job_id!r}", "list jobs with `yoloq status`")
+    return jobs[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from yoloq.commands._client import stack_client
-from yoloq.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,13 +16,10 @@ def run(args: argparse.Namespace) -> int:
     from prefect.states import Cancelling
 
     from yoloq.events import emit_job_event
-    from yoloq.jobs import list_jobs
+    from yoloq.jobs import find_job
 
     with stack_client() as client:
-        jobs = list_jobs(client, args.job)
-        if not jobs:
-            raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
-        job = jobs[0]
+        job = find_job(client, args.job)
         targets = [s for s in job.segments if s.state and not s.state.is_final()]
         if job.flow_run.state and not job.flow_run.state.is_final():
             targets.append(job.flow_run)

@@ -10,10 +10,11 @@ from pathlib import Path
 import yaml
 
 DEMO_JOBS = (
-    # name, team, tier, epochs: the low job starts first; the urgent one preempts it.
-    ("nightly-baseline", "platform", "low", 4),
-    ("shapes-tuning", "research", "normal", 2),
-    ("hotfix-detector", "vision", "urgent", 2),
+    # name, team, tier, epochs, segment epochs: the low job starts first and holds the only
+    # slot; the urgent one preempts it at an epoch boundary; the normal one waits its turn.
+    ("nightly-baseline", "platform", "low", 8, 8),
+    ("shapes-tuning", "research", "normal", 2, 2),
+    ("hotfix-detector", "vision", "urgent", 2, 2),
 )
 
 
@@ -36,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         spec = load_spec(spec_path)
         job_ids.append(submit_job(spec)["job_id"])
         print(f"submitted {job_ids[-1]:<28} team {spec.team:<9} tier {spec.priority}")
-        time.sleep(8 if spec.priority == "low" else 1)
+        if spec.priority == "low":
+            wait_until_training(job_ids[-1])
     ok = watch(job_ids, args.timeout)
     print_where_to_look(stack, job_ids)
     if not args.keep_running:
@@ -47,17 +49,31 @@ def run(args: argparse.Namespace) -> int:
 def write_demo_specs(root: Path) -> list[Path]:
     from yoloq.synth import synth_dataset
 
-    data = synth_dataset(root / "shapes", train=16, val=8, imgsz=64, seed=0)
+    data = synth_dataset(root / "shapes", train=64, val=16, imgsz=64, seed=0)
     paths = []
-    for name, team, tier, epochs in DEMO_JOBS:
+    for name, team, tier, epochs, per_segment in DEMO_JOBS:
         spec = {"name": name, "team": team, "priority": tier, "model": "yolov8n.yaml",
-                "data": str(data), "epochs": epochs, "imgsz": 64, "batch": 8, "segment_epochs": 2,
+                "data": str(data), "epochs": epochs, "imgsz": 64, "batch": 8,
+                "segment_epochs": per_segment,
                 "export": ["torchscript"], "train_args": {"seed": 0, "deterministic": True,
                                                           "workers": 0, "plots": False}}
         path = root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def wait_until_training(job_id: str, timeout_s: float = 180) -> None:
+    """Hold the next submissions until the first job holds the slot, so the urgent one preempts."""
+    from yoloq.commands._client import stack_client
+    from yoloq.jobs import segments_of
+
+    deadline = time.monotonic() + timeout_s
+    with stack_client() as client:
+        while time.monotonic() < deadline:
+            if any(s.state and s.state.is_running() for s in segments_of(client, job_id)):
+                return
+            time.sleep(1)
 
 
 def watch(job_ids: list[str], timeout_s: float) -> bool:
@@ -67,13 +83,15 @@ def watch(job_ids: list[str], timeout_s: float) -> bool:
 
     from yoloq.commands._client import stack_client
     from yoloq.jobs import list_jobs
+    from yoloq.queueview import queue_rows
 
     deadline = time.monotonic() + timeout_s
     with stack_client() as client, Live(refresh_per_second=2) as live:
         while True:
             jobs = {j.job_id: j for j in list_jobs(client)}
-            view = Table(title="yoloq demo")
-            for col in ("job", "team", "tier", "state", "epochs", "segments", "preempted"):
+            now = {row["job"]: row["reason"] for row in queue_rows(client)}
+            view = Table(title="yoloq demo (one declared CPU slot)")
+            for col in ("job", "team", "tier", "state", "epochs", "segments", "preempted", "now"):
                 view.add_column(col)
             for job_id in job_ids:
                 j = jobs.get(job_id)
@@ -81,7 +99,7 @@ def watch(job_ids: list[str], timeout_s: float) -> bool:
                     continue
                 bar = "#" * j.epochs_done + "." * max(0, j.epochs - j.epochs_done)
                 view.add_row(job_id, j.team, j.tier, j.state, f"[{bar}] {j.epochs_done}/{j.epochs}",
-                             str(len(j.segments)), str(j.preemptions))
+                             str(len(j.segments)), str(j.preemptions), now.get(job_id, "")[:60])
             live.update(view)
             finals = [jobs[i].flow_run.state.is_final() for i in job_ids if i in jobs]
             if len(finals) == len(job_ids) and all(finals):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
 from copy import deepcopy
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from yoloq.atomic import write_atomically
 from yoloq.errors import UserError
 
 FORMAT = 1
@@ -54,38 +54,7 @@ class ResumePoint:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; match a normal file
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    write_atomically(path, lambda fh: fh.write(data), prefix=f".{path.name}.")
 
 
 def serialize(obj: Any) -> bytes:

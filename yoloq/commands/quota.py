@@ -1,0 +1,48 @@
+"""`yoloq quota TEAM --tu X [--period day|week]` / `yoloq quota TEAM --clear`: set a team's TU budget.
+
+Saved in the `yoloq-policy` block (created from the current settings if missing); the
+worker picks it up within 30 s. Every change is a `yoloq.team.quota_changed` event.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from yoloq.commands._client import stack_client
+from yoloq.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("team")
+    parser.add_argument("--tu", type=float, help="Training Units per period (1 TU = one V100 for 24 h)")
+    parser.add_argument("--period", choices=("day", "week"), default="day")
+    parser.add_argument("--clear", action="store_true", help="remove the team's quota")
+    parser.add_argument("--reason", default="changed by user")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.clear and (args.tu is None or args.tu <= 0):
+        raise UserError("--tu", "a positive budget is required", "give --tu 2.5 (or --clear)")
+    with stack_client():
+        from prefect.events import emit_event
+
+        from blocks.policy import POLICY_BLOCK, SchedulingPolicy, TeamQuota, saved_block
+        from yoloq.events import actor
+
+        block = saved_block() or SchedulingPolicy()
+        quotas = dict(block.quotas)
+        old = quotas.get(args.team)
+        if args.clear:
+            quotas.pop(args.team, None)
+        else:
+            quotas[args.team] = TeamQuota(tu=args.tu, period=args.period)
+        block.quotas = quotas
+        block.save(POLICY_BLOCK, overwrite=True)
+        emit_event(event="yoloq.team.quota_changed",
+                   resource={"prefect.resource.id": f"yoloq.team.{args.team}",
+                             "prefect.resource.name": args.team, "yoloq.team": args.team},
+                   payload={"actor": actor(), "team": args.team, "reason": args.reason,
+                            "old": old.model_dump() if old else None,
+                            "new": None if args.clear else {"tu": args.tu, "period": args.period}})
+    print(f"quota of {args.team}: " + ("none" if args.clear else f"{args.tu} TU per {args.period}"))
+    return 0
