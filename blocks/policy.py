@@ -100,6 +100,19 @@ class SchedulingPolicy(Block):
             share_gpus=self.share_gpus, allow_reduced_batch=self.allow_reduced_batch,
             usage_half_life_s=self.usage_half_life_s)
 
+    @classmethod
+    def from_settings(cls, settings: "PolicySettings") -> "SchedulingPolicy":
+        """A block holding what a worker uses now (so saving it changes nothing else)."""
+        p = settings.policy
+        return cls(team_weights=dict(p.team_weights),
+                   quotas={t: TeamQuota(tu=q.tu, period=q.period) for t, q in p.quotas.items()},
+                   tier_caps={t: c.label for t, c in p.tier_caps.items()},
+                   default_tier_cap=p.default_tier_cap.label, min_runtime_s=p.min_runtime_s,
+                   aging_step_s=p.aging_step_s, long_job_share=p.long_job_share,
+                   long_job_window_s=p.long_job_window_s, share_gpus=p.share_gpus,
+                   allow_reduced_batch=p.allow_reduced_batch, usage_half_life_s=p.usage_half_life_s,
+                   min_grace_s=settings.min_grace_s, grace_epochs=settings.grace_epochs)
+
     def to_settings(self, source: str) -> "PolicySettings":
         return PolicySettings(self.to_policy(), self.min_grace_s, self.grace_epochs, source)
 

@@ -89,12 +89,10 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
     summary: dict[str, Any] = {"job_id": job_id, "start_epoch": start,
                                "epochs_done": result.epochs_done, "finished": result.finished}
     if result.stopped_early and preemption.cancelled:
-        return Cancelled(message=f"cancelled at epoch {result.epochs_done} (checkpoint kept)",
-                         data=summary)
+        return Cancelled(message=f"cancelled at epoch {result.epochs_done} (checkpoint kept)")
     if result.stopped_early:
         tracker.increment_tag(run_id, "yoloq.preemptions")
-        return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}",
-                         data=summary)
+        return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
     if result.finished:
         summary.update(_finish(job, job_id, result, tracker, run_id))
     return summary

@@ -21,11 +21,13 @@ def audit_frame(*args: str) -> pd.DataFrame:
     return pd.read_csv(io.StringIO(out.stdout))
 
 
-def wait_events(wanted: set[str], *args: str, timeout_s: float = 60) -> pd.DataFrame:
+def wait_events(wanted: set[str], *args: str, count: int = 1, timeout_s: float = 60) -> pd.DataFrame:
+    """Events arrive asynchronously: poll until each wanted one is there `count` times."""
     deadline = time.monotonic() + timeout_s
     while True:
         frame = audit_frame(*args)
-        if wanted <= set(frame["event"]) or time.monotonic() > deadline:
+        counts = frame["event"].value_counts() if len(frame) else {}
+        if all(counts.get(e, 0) >= count for e in wanted) or time.monotonic() > deadline:
             return frame
         time.sleep(1)
 
@@ -38,8 +40,14 @@ def test_audit_lists_submit_retier_cancel_and_quota_changes(yoloq_stack, tiny_da
     job = json.loads(out.stdout)["job_id"]
     assert yoloq("retier", job, "high", "--reason", "deadline moved").returncode == 0
     assert yoloq("cancel", job, "--reason", "no longer needed").returncode == 0
-    assert yoloq("quota", "auditors", "--tu", "0.5", "--period", "week").returncode == 0
-    assert yoloq("quota", "auditors", "--clear").returncode == 0
+    try:
+        assert yoloq("quota", "auditors", "--tu", "0.5", "--period", "week").returncode == 0
+        assert _saved_policy().quotas["auditors"].tu == 0.5
+        assert _saved_policy().min_runtime_s == 0, "the first save keeps the worker's settings"
+        assert yoloq("quota", "auditors", "--clear").returncode == 0
+    finally:
+        _delete_saved_policy()  # later tests use the environment's policy
+    assert _saved_policy() is None
 
     wanted = {"yoloq.job.submitted", "yoloq.job.tier_changed", "yoloq.job.cancelled"}
     frame = wait_events(wanted, "--job", job)
@@ -50,7 +58,7 @@ def test_audit_lists_submit_retier_cancel_and_quota_changes(yoloq_stack, tiny_da
     assert reasons["yoloq.job.tier_changed"] == "deadline moved"
     assert reasons["yoloq.job.cancelled"] == "no longer needed"
 
-    quota = wait_events({"yoloq.team.quota_changed"}, "--team", "auditors")
+    quota = wait_events({"yoloq.team.quota_changed"}, "--team", "auditors", count=2)
     assert (quota["event"] == "yoloq.team.quota_changed").sum() == 2
 
 
@@ -67,3 +75,22 @@ def test_submit_refuses_a_tier_above_the_team_cap(yoloq_stack, tiny_dataset, tmp
                          env={**os.environ, "YOLOQ_TIER_CAPS": "interns=normal"})
     assert out.returncode == 2
     assert "priority" in out.stderr and "normal" in out.stderr and "Traceback" not in out.stderr
+
+
+def _saved_policy():
+    from blocks.policy import saved_block
+
+    return saved_block()
+
+
+def _delete_saved_policy() -> None:
+    from prefect.client.orchestration import get_client
+
+    from blocks.policy import POLICY_BLOCK
+
+    with get_client(sync_client=True) as client:
+        try:
+            doc = client.read_block_document_by_name(POLICY_BLOCK, "yoloq-scheduling-policy")
+            client.delete_block_document(doc.id)
+        except Exception:
+            pass

@@ -26,10 +26,12 @@ def run(args: argparse.Namespace) -> int:
     with stack_client():
         from prefect.events import emit_event
 
-        from blocks.policy import POLICY_BLOCK, SchedulingPolicy, TeamQuota, saved_block
+        from blocks.policy import (POLICY_BLOCK, SchedulingPolicy, TeamQuota, saved_block,
+                                   settings_from_env)
         from yoloq.events import actor
 
-        block = saved_block() or SchedulingPolicy()
+        # First change: start from what the worker uses now (environment or defaults).
+        block = saved_block() or SchedulingPolicy.from_settings(settings_from_env())
         quotas = dict(block.quotas)
         old = quotas.get(args.team)
         if args.clear:
