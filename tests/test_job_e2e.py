@@ -42,14 +42,16 @@ def wait_final(job_id: str, timeout_s: float = 900) -> dict:
 
 
 def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
-    spec = write_spec(tmp_path / "job.yaml", tiny_dataset)
+    """4 epochs in 2 segments: one MLflow run with exactly 4 steps per metric, the exported
+    model registered, evaluate's table artifact in Prefect."""
+    spec = write_spec(tmp_path / "job.yaml", tiny_dataset, epochs=4, segment_epochs=2)
     out = yoloq("submit", str(spec), "--json")
     assert out.returncode == 0, out.stderr
     job_id = json.loads(out.stdout)["job_id"]
 
     status = wait_final(job_id)
     assert status["state"] == "Completed", status
-    assert status["epochs_done"] == 2
+    assert status["epochs_done"] == 4
     assert status["segments"] == 2
 
     from mlflow.tracking import MlflowClient
@@ -63,9 +65,12 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
     assert len(runs) == 1
     run = runs[0]
     assert run.info.status == "FINISHED"
-    history = client.get_metric_history(run.info.run_id, "metrics/mAP50-95B")
-    assert sorted(m.step for m in history) == [1, 2]
-    versions = client.search_model_versions(f"name = 'e2e'")
+    for metric in ("metrics/mAP50-95B", "metrics/precisionB", "train/box_loss", "val/box_loss",
+                   "lr/pg0"):
+        history = client.get_metric_history(run.info.run_id, metric)
+        assert sorted(m.step for m in history) == [1, 2, 3, 4], metric
+    assert run.data.tags["yoloq.segments"] == "2"
+    versions = client.search_model_versions("name = 'e2e'")
     assert versions, "the exported model is registered"
 
     from prefect.client.orchestration import get_client
