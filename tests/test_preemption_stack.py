@@ -86,16 +86,22 @@ def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
 
 
 def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> None:
+    """The reference trains in a fresh process, like a segment (no state left by other tests)."""
+    import subprocess
+    import sys
+
     from yoloq import settings
-    from yoloq.engine import SegmentRequest, run_segment
-    from yoloq.spec import load_spec
 
     restored = settings.checkpoint_store().restore(job_id, tmp_path / "restored")
     assert restored is not None and restored.info.epoch == EPOCHS
-    result = run_segment(SegmentRequest(spec=load_spec(spec_path), workdir=tmp_path / "one-go",
-                                        stop_after_epoch=EPOCHS, resume_from=None))
+    result_file = tmp_path / "one-go.json"
+    proc = subprocess.run([sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec_path),
+                           "--workdir", str(tmp_path / "one-go"), "--stop-after", str(EPOCHS),
+                           "--result", str(result_file)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one_go_path = json.loads(result_file.read_text())["result"]["checkpoint"]
     queued = torch.load(restored.path, map_location="cpu", weights_only=False)["yoloq"]
-    one_go = torch.load(result.checkpoint, map_location="cpu", weights_only=False)["yoloq"]
+    one_go = torch.load(one_go_path, map_location="cpu", weights_only=False)["yoloq"]
     for part in ("model", "ema"):
         differ = [k for k, v in one_go[part].items() if not torch.equal(v, queued[part][k])]
         assert not differ, f"{part}: {len(differ)} tensors differ"

@@ -90,9 +90,8 @@ def up(port: int | None = None, echo=print) -> Stack:
     env = stack_env(stack)
     fresh = not _running(stack, "server")
     if fresh:
-        _start(stack, "server", [sys.executable, "-m", "prefect", "server", "start", "--host",
-                                 "127.0.0.1", "--port", str(stack.port), "--no-services"
-                                 if os.environ.get("YOLOQ_SERVER_NO_SERVICES") else ""], env)
+        _start(stack, "server", [sys.executable, "-m", "yoloq.server", "--host", "127.0.0.1",
+                                 "--port", str(stack.port)], env)
     _wait_healthy(stack, timeout_s=90)
     echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
     use_stack(stack)

@@ -1,0 +1,48 @@
+"""Run the Prefect server for yoloq, offline.
+
+The stock server fetches the collections registry (worker and block type metadata)
+from raw.githubusercontent.com whenever the UI or `prefect work-pool create` asks for
+it, and only then falls back to the copies bundled with Prefect. Here it reads the
+bundled copies directly, so the server never tries the network. Otherwise this is
+what `prefect server start` runs: the API, the UI and the background services in one
+uvicorn process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from yoloq import offline
+
+offline.apply()
+
+
+async def bundled_collection_view(view: str) -> dict[str, Any]:
+    from prefect.server.api import collections
+
+    local = Path(collections.__file__).parent / "collections_data" / "views" / f"{view}.json"
+    if view not in collections.KNOWN_VIEWS or not local.exists():
+        raise KeyError(view)  # answered 404, as the stock server does offline
+    return json.loads(local.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+
+    import uvicorn
+    from prefect.server.api import collections
+    from prefect.server.api.server import create_app
+
+    collections.get_collection_view = bundled_collection_view
+    uvicorn.run(app=create_app(final=True), host=args.host, port=args.port, log_level="info",
+                timeout_keep_alive=5)
+
+
+if __name__ == "__main__":
+    main()
