@@ -24,25 +24,19 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BATCH = 8
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
-# Environment that could point this run at someone else's state folder or server.
-_FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONFIG_DIR",
-                "MPLCONFIGDIR", "YOLOQ_PORT")
-
 PLAIN_SCRIPT = """
 import json, sys, time
 from yoloq import offline
@@ -71,30 +65,6 @@ class YoloqRun:
     @property
     def wall_without_finish_s(self) -> float:
         return self.wall_s - self.eval_export_s
-
-
-# -- a private stack ---------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def private_stack(home: Path) -> Iterator[None]:
-    """`yoloq up` in its own state folder and port, one declared CPU slot; `down` after."""
-    for key in _FOREIGN_ENV:
-        os.environ.pop(key, None)
-    os.environ.update(YOLOQ_HOME=str(home), YOLOQ_PORT=str(free_port()),
-                      YOLOQ_DECLARED_GPUS="1xCPU:8", YOLOQ_MIN_RUNTIME_S="0")
-    from yoloq import stack
-
-    stack.up(echo=lambda *a: None)
-    try:
-        yield
-    finally:
-        stack.down(echo=lambda *a: None)
 
 
 def write_spec(path: Path, data: Path, name: str, epochs: int, imgsz: int,
@@ -249,6 +219,8 @@ def main() -> None:
     spec_many = write_spec(root / "many.yaml", data, "bench-many", args.epochs, args.imgsz, 1)
     plain, one, many = [], [], []
     try:
+        from yoloq.stack import private_stack
+
         with private_stack(root / "home"):
             if not args.no_warmup:
                 warm = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)

@@ -26,22 +26,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
 LOW_EPOCHS = 10000  # never reached: the low job is stopped with the stack
-_FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONFIG_DIR",
-                "MPLCONFIGDIR", "YOLOQ_PORT")
-
 
 @dataclass(frozen=True)
 class Preemption:
@@ -57,30 +52,6 @@ class Preemption:
     redone_gpu_s: float
     stopped_at_epoch: int
     resumed_from_epoch: int
-
-
-# -- a private stack ---------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def private_stack(home: Path) -> Iterator[None]:
-    """`yoloq up` in its own state folder and port, one declared CPU slot; `down` after."""
-    for key in _FOREIGN_ENV:
-        os.environ.pop(key, None)
-    os.environ.update(YOLOQ_HOME=str(home), YOLOQ_PORT=str(free_port()),
-                      YOLOQ_DECLARED_GPUS="1xCPU:8", YOLOQ_MIN_RUNTIME_S="0")
-    from yoloq import stack
-
-    stack.up(echo=lambda *a: None)
-    try:
-        yield
-    finally:
-        stack.down(echo=lambda *a: None)
 
 
 def write_spec(path: Path, **fields: Any) -> Path:
@@ -261,6 +232,8 @@ def main() -> None:
                              data=urgent_data, epochs=1, segment_epochs=1, imgsz=args.imgsz)
     rows: list[Preemption] = []
     try:
+        from yoloq.stack import private_stack
+
         with private_stack(root / "home"):
             rows = run_preemptions(low_spec, urgent_spec, args.preemptions)
     finally:

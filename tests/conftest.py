@@ -56,14 +56,6 @@ def netguard_log() -> Path:
     return _NETGUARD_LOG
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def yoloq_stack():
     """One real embedded stack per test session: Prefect server (SQLite), pools, deployments,
@@ -72,7 +64,7 @@ def yoloq_stack():
 
     os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
     os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "0")
-    os.environ["YOLOQ_PORT"] = str(_free_port())
+    os.environ["YOLOQ_PORT"] = str(stack_mod.free_port())
     stack = stack_mod.up(echo=lambda *a: None)
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

@@ -35,10 +35,10 @@ def stack_processes(home) -> list[int]:
 
 
 def test_up_twice_down_leaves_nothing_and_state_survives(tmp_path, tiny_dataset):
-    from conftest import _free_port
+    from yoloq.stack import free_port
 
     home = tmp_path / "home"
-    port = str(_free_port())
+    port = str(free_port())
     first = cli(home, "up", "--port", port)
     assert first.returncode == 0, first.stderr
     server_pid = (home / "pids" / "server.pid").read_text()

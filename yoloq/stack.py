@@ -243,3 +243,31 @@ def restart_worker(overrides: dict[str, str] | None = None, kill: bool = False) 
         _signal_group(pid, signal.SIGKILL) if not kill else None
     env = {**stack_env(stack), **(overrides or {})}
     return _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)
+
+
+def free_port() -> int:
+    """A free loopback port (for a second stack beside the default one)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONFIG_DIR",
+                "MPLCONFIGDIR", "YOLOQ_PORT")
+
+
+@contextmanager
+def private_stack(home: Path, declared_gpus: str = "1xCPU:8") -> Iterator[Stack]:
+    """`up` in its own state folder and port (declared slots, no minimum runtime), `down` after.
+    For benchmarks: this process's environment is pointed at the new stack."""
+    for key in _FOREIGN_ENV:
+        os.environ.pop(key, None)
+    os.environ.update(YOLOQ_HOME=str(home), YOLOQ_PORT=str(free_port()),
+                      YOLOQ_DECLARED_GPUS=declared_gpus, YOLOQ_MIN_RUNTIME_S="0")
+    stack = up(echo=lambda *a: None)
+    try:
+        yield stack
+    finally:
+        down(echo=lambda *a: None)
