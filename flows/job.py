@@ -49,6 +49,7 @@ def yolo_job(spec: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
     job_id = job_id or str(current_run.get_name())
     analysis = analyse_task(job.model_dump())
     per_segment = plan_segment_epochs(job, analysis)
+    open_mlflow_run(job, job_id, analysis, per_segment)
     logger.info("job %s: %s, %d epochs in segments of %d, queue %s", job_id,
                 analysis.get("job_class"), job.epochs, per_segment, job.tier.queue)
     outcome = _train(job, job_id, analysis, per_segment, logger)
@@ -95,6 +96,26 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+@task(name="open-mlflow-run")
+def open_mlflow_run(job: JobSpec, job_id: str, analysis: dict[str, Any],
+                    per_segment: int) -> str:
+    """Create (or find) the job's one MLflow run at queue time, with its params: the spec,
+    the full train arguments and the analysis. Every segment continues this run."""
+    from yoloq.tracking import JobTracker
+
+    uri, experiment = settings.mlflow_tracking_uri()
+    spec = job.model_dump()
+    train_args = spec.pop("train_args")
+    params = {"spec": {**spec, "segment_epochs": per_segment}, "train": train_args,
+              "analysis": {k: v for k, v in analysis.items() if k not in ("names", "fingerprint")}}
+    tracker = JobTracker(uri, experiment)
+    if tracker.is_finished(job_id):  # a restarted parent of a finished job: leave it closed
+        return ""
+    return tracker.run_for_job(
+        job_id, params=params, tags={"yoloq.team": job.team, "yoloq.tier": job.priority,
+                                     "yoloq.job_class": str(analysis.get("job_class", ""))})
 
 
 def _current_tier(job: JobSpec) -> JobSpec:

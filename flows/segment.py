@@ -10,6 +10,7 @@ completes the schedule also runs evaluate and export while it holds the GPU.
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,6 @@ class _Hooks:
 def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
                   plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train the job up to `stop_after_epoch` epochs in total, resuming from its store."""
-    from yoloq.engine import SegmentRequest, run_segment
     from yoloq.tracking import JobTracker
 
     logger = get_run_logger()
@@ -73,10 +73,21 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
     run_key = str(current_run.get_id() or "local")
     workdir = state_paths().scratch / job_id / run_key
+    try:
+        return _train(job, job_id, stop_after_epoch, workdir, store, tracker, run_id, logger)
+    finally:  # node-local scratch; the store holds the checkpoints, MLflow the artifacts
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _train(job: JobSpec, job_id: str, stop_after_epoch: int, workdir: Path, store: Any,
+           tracker: Any, run_id: str, logger: Any) -> Any:
+    from yoloq.engine import SegmentRequest, run_segment
+
     restored = store.restore(job_id, workdir / "restore")
     for warning in (restored.warnings if restored else []):
         logger.warning(warning)
     start = restored.info.epoch if restored else 0
+    job = batch_for_segment(job, restored.path if restored else None, tracker, run_id, logger)
     logger.info("job %s: epochs %d -> %d of %d on %s", job_id, start, stop_after_epoch,
                 job.epochs, _device())
 
@@ -96,6 +107,28 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
     if result.finished:
         summary.update(_finish(job, job_id, result, tracker, run_id))
     return summary
+
+
+def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_id: str,
+                      logger: Any) -> JobSpec:
+    """The batch this segment trains with. A job keeps the batch it started with: a resumed
+    job uses its checkpoint's; a new one uses the worker's reduced batch when it was admitted
+    on a smaller GPU (ultralytics rescales accumulation and weight decay for `nbs`). A reduced
+    batch trains a different schedule than the spec's, so such a job is no longer exact
+    against a run at the spec's batch; it is recorded on the MLflow run."""
+    if checkpoint is not None:
+        from yoloq.analysis.fingerprint import read_header
+
+        args = read_header(checkpoint).get("train_args") or {}
+        batch = int(args.get("batch") or job.batch) if isinstance(args, dict) else job.batch
+    else:
+        batch = int(os.environ.get(settings.REDUCED_BATCH_ENV) or job.batch)
+    if batch == job.batch:
+        return job
+    logger.warning("job %s trains with batch %d instead of %d (reduced to fit its GPU)",
+                   job.name, batch, job.batch)
+    tracker.set_tags(run_id, {"yoloq.reduced_batch": str(batch)})
+    return job.model_copy(update={"batch": batch})
 
 
 def _finish(job: JobSpec, job_id: str, result: Any, tracker: Any, run_id: str) -> dict[str, Any]:

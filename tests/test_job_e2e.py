@@ -70,6 +70,9 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
         history = client.get_metric_history(run.info.run_id, metric)
         assert sorted(m.step for m in history) == [1, 2, 3, 4], metric
     assert run.data.tags["yoloq.segments"] == "2"
+    params = run.data.params
+    assert params["spec.epochs"] == "4" and params["spec.team"] == "vision"
+    assert params["train.seed"] == "0" and params["analysis.job_class"] in ("short", "full")
     versions = client.search_model_versions("name = 'e2e'")
     assert versions, "the exported model is registered"
 

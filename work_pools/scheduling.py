@@ -50,6 +50,7 @@ class Admit:
     flow_run_id: UUID
     gpus: tuple[int, ...]
     reason: str
+    batch: int | None = None  # a reduced batch (policy switch allow_reduced_batch)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
     decision = decide(snapshot, worker_policy.policy, now)
     by_id = {str(v.flow_run_id): v for v in (*running, *pending)}
     return WorkerDecision(
-        admit=tuple(Admit(by_id[a.segment_id].flow_run_id, a.gpu_indices, a.reason)
+        admit=tuple(Admit(by_id[a.segment_id].flow_run_id, a.gpu_indices, a.reason, a.batch)
                     for a in decision.admit),
         preempt=tuple(Stop(by_id[p.segment_id].flow_run_id, p.by_job_id, p.reason)
                       for p in decision.preempt),

@@ -30,7 +30,7 @@ from work_pools.inventory import GpuInfo, inventory
 from work_pools.ledger import UsageKeeper
 from work_pools.scheduling import WorkerPolicy, schedule
 from work_pools.segments import SegmentView, segment_view
-from yoloq.settings import PREEMPT_LABEL
+from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
 POLICY_REFRESH_S = 30.0
@@ -82,6 +82,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._pids: dict[UUID, int] = {}
         self._asked: dict[UUID, float] = {}                  # victim -> when it was asked to stop
         self._cancelling: dict[UUID, float] = {}             # cancelled by a user -> first seen
+        self._batches: dict[UUID, int] = {}                  # admitted with a reduced batch
         self._stopping = False
 
     async def setup(self) -> None:
@@ -129,6 +130,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         for admit in decision.admit:
             flow_run = pending[admit.flow_run_id]
             self._reserved[flow_run.id] = admit.gpus
+            if admit.batch:
+                self._batches[flow_run.id] = admit.batch
             self._views[flow_run.id] = segment_view(flow_run)
             self.get_flow_run_logger(flow_run).info("admitted on GPU %s: %s", admit.gpus, admit.reason)
             self._runs_task_group.start_soon(self._start_segment, flow_run)
@@ -233,6 +236,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         env = {**os.environ, **{k: v for k, v in configuration.env.items() if v is not None},
                "PREFECT__FLOW_RUN_ID": str(flow_run.id),
                "CUDA_VISIBLE_DEVICES": self._visible_devices(gpus)}
+        if flow_run.id in self._batches:
+            env[REDUCED_BATCH_ENV] = str(self._batches[flow_run.id])
         cwd = configuration.working_dir or Path.cwd()
         process = await processes.start([sys.executable, "-m", "prefect.engine"], env, cwd,
                                         configuration.stream_output)
@@ -255,7 +260,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     def _release(self, flow_run_id: UUID) -> None:
         """Free the slot: only called once the segment's process has exited."""
         for table in (self._reserved, self._pids, self._started_at, self._asked, self._views,
-                      self._cancelling):
+                      self._cancelling, self._batches):
             table.pop(flow_run_id, None)
 
     async def kill_infrastructure(self, infrastructure_pid: str, configuration: Any,

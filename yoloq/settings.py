@@ -19,6 +19,7 @@ JOBS_POOL = "yoloq-jobs"
 JOB_DEPLOYMENT = "yolo-job/yolo-job"
 SEGMENT_DEPLOYMENT = "train-segment/train-segment"
 PREEMPT_LABEL = "yoloq.preempt"
+REDUCED_BATCH_ENV = "YOLOQ_REDUCED_BATCH"  # set by the worker on a reduced-batch admission
 
 
 def checkpoint_store():
