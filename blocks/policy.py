@@ -1,6 +1,6 @@
 """The scheduling policy as a Prefect Block (`yoloq-policy`), so admins edit it in the UI.
 
-Resolution, once per process (`resolve_policy_settings`): the saved block when the
+Resolution (`resolve_policy_settings`; the worker repeats it every 30 s): the saved block when the
 API has one, else environment overrides (`YOLOQ_MIN_RUNTIME_S`, `YOLOQ_GRACE_S`,
 `YOLOQ_GRACE_EPOCHS`, `YOLOQ_TIER_CAPS="team=high,..."`), else the defaults of
 `work_pools.policy.Policy`. A saved block wins over the environment entirely, so
@@ -38,7 +38,7 @@ class SchedulingPolicy(Block):
     _block_type_name = "yoloq Scheduling Policy"
     _description = ("How the yolo-gpu worker shares GPUs: team weights, TU quotas, tier caps, "
                     "anti-thrash and aging, the 70% rule, sharing and preemption grace. "
-                    "Workers read it when they start.")
+                    "Workers re-read it every 30 s.")
 
     team_weights: dict[str, float] = Field(
         default_factory=dict, description="Fair-share weight per team (default 1).")

@@ -35,7 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """All commands are listed; only `only` (the one being run) imports its module."""
-    parser = argparse.ArgumentParser(prog="yoloq", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="yoloq", description="A fair, preemptive training queue for YOLO models on shared "
+                                  "GPUs. Quick start: `yoloq demo`; see the README.")
     parser.add_argument("--home", help="state folder (default: $YOLOQ_HOME or ./.yoloq)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
