@@ -10,7 +10,7 @@ import time
 import pandas as pd
 import pytest
 
-from test_job_e2e import write_spec, yoloq
+from stack_helpers import write_spec, yoloq
 
 pytestmark = pytest.mark.service
 

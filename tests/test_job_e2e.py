@@ -3,42 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import yaml
+
+from stack_helpers import wait_final, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
-
-
-def write_spec(path: Path, data: Path, **overrides) -> Path:
-    spec = {"name": "e2e", "team": "vision", "priority": "normal", "model": "yolov8n.yaml",
-            "data": str(data), "epochs": 2, "imgsz": 64, "batch": 4, "segment_epochs": 1,
-            "export": ["torchscript"],
-            "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
-    spec.update(overrides)
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def yoloq(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "yoloq.cli", *args], capture_output=True,
-                          text=True, timeout=300)
-
-
-def wait_final(job_id: str, timeout_s: float = 900) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = yoloq("status", job_id, "--json")
-        if out.returncode == 0:
-            status = json.loads(out.stdout)
-            if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):
-                return status
-        time.sleep(2)
-    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
 
 
 def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):

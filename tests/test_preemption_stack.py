@@ -12,21 +12,39 @@ import time
 import pytest
 import torch
 
-from test_job_e2e import wait_final, write_spec, yoloq
+from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6
 
 
-def wait_running(job_id: str, timeout_s: float = 300) -> None:
+def wait_running(job_id: str, timeout_s: float = 300):
+    """The id of the job's segment once its process is training."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import segments_of
+    from yoloq.paths import state_paths
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = yoloq("queue", "--json")
-        rows = json.loads(out.stdout) if out.returncode == 0 else []
-        if any(r["job"] == job_id and r["state"] == "running" for r in rows):
-            return
+        with get_client(sync_client=True) as client:
+            running = [s for s in segments_of(client, job_id) if s.state and s.state.is_running()]
+        if running and (state_paths().pids / "segments" / f"{running[0].id}.pid").exists():
+            return running[0].id
         time.sleep(0.5)
     raise AssertionError(f"{job_id} never started")
+
+
+def wait_label(flow_run_id, key: str, value: str, timeout_s: float = 120) -> None:
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            if (client.read_flow_run(flow_run_id).labels or {}).get(key) == value:
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"label {key}={value} never set on {flow_run_id}")
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +68,15 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
     urgent_spec = write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="urgent-fix",
                              team="oncall", priority="urgent", epochs=1, segment_epochs=1)
     low = submit(low_spec)
-    wait_running(low)
+    victim = wait_running(low)
+    # Hold the low job inside its epoch until the worker has asked it to stop, so the
+    # scenario does not depend on how fast this machine trains.
+    pid = freeze(victim)
     urgent = submit(urgent_spec)
+    try:
+        wait_label(victim, "yoloq.preempt", "requested")
+    finally:
+        thaw(pid)
 
     urgent_status = wait_final(urgent)
     low_status = wait_final(low)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from test_job_e2e import write_spec, yoloq
+from stack_helpers import write_spec, yoloq
 
 pytestmark = pytest.mark.service
 

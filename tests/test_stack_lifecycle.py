@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from test_job_e2e import write_spec
+from stack_helpers import write_spec
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from test_job_e2e import wait_final, write_spec, yoloq
+from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
@@ -110,8 +110,14 @@ def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs
         low = submit(write_spec(tmp_path / "low.yaml", long_epochs_dataset, name="thrash-low",
                                 priority="low", epochs=2, segment_epochs=2, batch=16, export=[]))
         wait_for(lambda: running_epoch(low) is not None, "low running")
+        pid = freeze(running_segment(low).id)  # hold it while the urgent job queues
         urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="thrash-urgent",
                                    team="oncall", priority="urgent", epochs=1, export=[]))
+        try:
+            wait_for(lambda: segments(urgent), "urgent queued", 120)
+            time.sleep(3)  # a few worker polls with the urgent segment waiting
+        finally:
+            thaw(pid)
         assert wait_final(low)["preemptions"] == 0
         assert wait_final(urgent)["state"] == "Completed"
     [low_segment] = segments(low)
@@ -122,18 +128,27 @@ def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs
 
 def test_stuck_victim_is_killed_after_grace_and_resumes(yoloq_stack, tiny_dataset,
                                                        longer_epochs_dataset, tmp_path):
+    """The victim is frozen (SIGSTOP, as a hung data loader would be) so it cannot reach an
+    epoch boundary: the worker kills it after its grace and the job resumes from its last
+    checkpoint, each epoch logged once."""
     with worker_with(YOLOQ_GRACE_S=1, YOLOQ_GRACE_EPOCHS=0):
         low = submit(write_spec(tmp_path / "low.yaml", longer_epochs_dataset, name="stuck-low",
                                 priority="low", epochs=3, segment_epochs=3, batch=16, export=[]))
         wait_for(lambda: (running_epoch(low) or 0) >= 1, "low past epoch 1")
+        freeze(running_segment(low).id)  # never thawed: the worker must kill it
         urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="stuck-urgent",
                                    team="oncall", priority="urgent", epochs=1, export=[]))
         assert wait_final(urgent)["state"] == "Completed"
         final = wait_final(low)
     assert final["state"] == "Completed" and final["epochs_done"] == 3
-    states = [s.state.type.value for s in segments(low)]
-    assert "CRASHED" in states, states  # killed inside its epoch, after the grace
+    first = segments(low)[0]
+    assert first.state.is_crashed(), first.state  # killed inside its epoch, after the grace
+    assert (first.labels or {}).get("yoloq.preempt") == "requested"
     _assert_each_epoch_logged_once(low, 3)
+
+
+def running_segment(job_id: str):
+    return next(s for s in segments(job_id) if s.state and s.state.is_running())
 
 
 def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, longer_epochs_dataset,

@@ -1,0 +1,59 @@
+"""Helpers for tests that drive the real stack through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def write_spec(path: Path, data: Path, **overrides) -> Path:
+    spec = {"name": "e2e", "team": "vision", "priority": "normal", "model": "yolov8n.yaml",
+            "data": str(data), "epochs": 2, "imgsz": 64, "batch": 4, "segment_epochs": 1,
+            "export": ["torchscript"],
+            "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
+    spec.update(overrides)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def yoloq(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yoloq.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def wait_final(job_id: str, timeout_s: float = 900) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = yoloq("status", job_id, "--json")
+        if out.returncode == 0:
+            status = json.loads(out.stdout)
+            if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):
+                return status
+        time.sleep(2)
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
+
+
+def segment_pid(flow_run_id) -> int:
+    """The PID of a running segment (the worker records it under the state folder)."""
+    from yoloq.paths import state_paths
+
+    return int((state_paths().pids / "segments" / f"{flow_run_id}.pid").read_text())
+
+
+def freeze(flow_run_id) -> int:
+    """SIGSTOP a running segment (as a hung data loader would stop it); returns its PID."""
+    pid = segment_pid(flow_run_id)
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def thaw(pid: int) -> None:
+    os.kill(pid, signal.SIGCONT)
+
