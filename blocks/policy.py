@@ -16,6 +16,7 @@ from typing import Literal
 from prefect.blocks.core import Block
 from pydantic import BaseModel, Field, field_validator
 
+from blocks.saved import load_saved
 from work_pools.policy.model import Policy, Quota
 from yoloq.tiers import Tier
 
@@ -142,12 +143,7 @@ def load_policy(block_name: str | None = None) -> Policy:
 
 def saved_block(name: str = POLICY_BLOCK) -> SchedulingPolicy | None:
     """The saved block, or None without an API, with block use turned off, or when unsaved."""
-    if os.environ.get("YOLOQ_USE_BLOCKS", "1") != "1" or not _api_url():
-        return None
-    try:
-        return SchedulingPolicy.load(name, _sync=True)
-    except Exception:  # not saved on this server, or the server is unreachable
-        return None
+    return load_saved(SchedulingPolicy, name)
 
 
 def settings_from_env() -> PolicySettings:
@@ -163,10 +159,3 @@ def settings_from_env() -> PolicySettings:
     return PolicySettings(policy, float(env.get("YOLOQ_GRACE_S") or DEFAULT_MIN_GRACE_S),
                           float(env.get("YOLOQ_GRACE_EPOCHS") or DEFAULT_GRACE_EPOCHS),
                           "environment")
-
-
-def _api_url() -> str:
-    """The URL Prefect's client will use (never an ephemeral server started on demand)."""
-    from prefect.settings import PREFECT_API_URL
-
-    return PREFECT_API_URL.value() or ""

@@ -25,8 +25,9 @@ REDUCED_BATCH_ENV = "YOLOQ_REDUCED_BATCH"  # set by the worker on a reduced-batc
 def checkpoint_store():
     """The checkpoint store for this process (block, then URI, then local default)."""
     from blocks.checkpoints import CheckpointStore, LocalCheckpointStore, store_from_uri
+    from blocks.saved import load_saved
 
-    block = _load_block(CheckpointStore, CHECKPOINT_BLOCK)
+    block = load_saved(CheckpointStore, CHECKPOINT_BLOCK)
     if block is not None:
         return block
     uri = os.environ.get("YOLOQ_CHECKPOINT_URI")
@@ -38,18 +39,10 @@ def checkpoint_store():
 def mlflow_tracking_uri() -> tuple[str, str]:
     """(tracking URI, experiment name)."""
     from blocks.mlflow import MlflowLocation
+    from blocks.saved import load_saved
 
-    block = _load_block(MlflowLocation, MLFLOW_BLOCK)
+    block = load_saved(MlflowLocation, MLFLOW_BLOCK)
     if block is not None and block.tracking_uri:
         return block.tracking_uri, block.experiment
     uri = os.environ.get("YOLOQ_MLFLOW_URI") or state_paths().mlflow_uri
     return uri, os.environ.get("YOLOQ_MLFLOW_EXPERIMENT", "yoloq")
-
-
-def _load_block(cls, name: str):
-    if os.environ.get("YOLOQ_USE_BLOCKS", "1") != "1" or not os.environ.get("PREFECT_API_URL"):
-        return None
-    try:
-        return cls.load(name)
-    except (ValueError, Exception):  # not saved on this server
-        return None
