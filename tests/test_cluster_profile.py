@@ -87,9 +87,24 @@ def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_datase
         _assert_shared_state(env, job_id, run)
     finally:
         cli("down")
-        server.kill()
+        mlflow_server.stop(server)
     assert not (home / "checkpoints").exists() or not any((home / "checkpoints").iterdir()), \
         "checkpoints live in S3, not on the node"
+    assert _alive(server.pid) is False, "the MLflow server and its workers are gone"
+
+
+def _alive(pgid: int) -> bool:
+    import psutil
+
+    return any(p.info["pid"] != os.getpid() and _pgid(p) == pgid
+               for p in psutil.process_iter(["pid"]))
+
+
+def _pgid(proc) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def _wait_final(cli, job_id: str, timeout_s: float = 600) -> dict:

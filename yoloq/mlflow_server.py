@@ -38,14 +38,35 @@ def start(port: int, backend_store_uri: str, artifacts_destination: str,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            stop(proc)
             raise RuntimeError(f"mlflow server exited with {proc.returncode} (log: {log_path})")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
                 return proc
         except OSError:
             time.sleep(0.5)
-    proc.kill()
+    stop(proc)
     raise RuntimeError(f"mlflow server did not answer on port {port} within {timeout_s:.0f} s")
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """Stop the server and its uvicorn children (they share the server's session)."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            continue
+    # the group leader has exited; make sure no child outlived it
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def main() -> None:
