@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from yoloq import offline
+from yoloq.engine import rng_isolation
 from yoloq.errors import UserError
 from yoloq.spec import JobSpec
 
@@ -101,6 +102,7 @@ def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> S
     """Train one segment in this process and return where its outputs are."""
     hooks = hooks or NoHooks()
     offline.apply()
+    rng_isolation.isolate()  # other threads' draws must not shift the augmentations
     point = _resume_point(request)
     from yoloq.engine.trainer import trainer_class  # imports ultralytics
 
