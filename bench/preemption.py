@@ -76,12 +76,9 @@ def submit(spec_path: Path) -> str:
 
 
 def parent_run_id(client: Any, job_id: str) -> Any:
-    """The job's `yolo-job` flow run (named after the job id)."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from yoloq.jobs import parent_run
 
-    [run] = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[job_id])),
-                                  limit=1)
-    return run.id
+    return parent_run(client, job_id).id
 
 
 def ts(value: Any) -> float:

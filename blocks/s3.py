@@ -108,22 +108,19 @@ class S3CheckpointStore(CheckpointStore):
         self.client().put_object(Bucket=self.bucket, Key=self._object_key(key), Body=data,
                                  ContentType="application/json")
 
-    def _get_bytes(self, key: str) -> bytes:
+    def _get_object(self, key: str) -> dict[str, Any]:
         try:
-            response = self.client().get_object(Bucket=self.bucket, Key=self._object_key(key))
+            return self.client().get_object(Bucket=self.bucket, Key=self._object_key(key))
         except Exception as exc:
             if _is_missing(exc):
                 raise MissingObject(key) from exc
             raise
-        return response["Body"].read()
+
+    def _get_bytes(self, key: str) -> bytes:
+        return self._get_object(key)["Body"].read()
 
     def _download(self, key: str, dest: Path) -> None:
-        try:
-            response = self.client().get_object(Bucket=self.bucket, Key=self._object_key(key))
-        except Exception as exc:
-            if _is_missing(exc):
-                raise MissingObject(key) from exc
-            raise
+        response = self._get_object(key)
         with open(dest, "wb") as out:
             for chunk in response["Body"].iter_chunks(1 << 20):
                 out.write(chunk)

@@ -28,10 +28,12 @@ def yoloq(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def wait_final(job_id: str, timeout_s: float = 900) -> dict:
+def wait_final(job_id: str, timeout_s: float = 900, cli=None) -> dict:
+    """Poll `yoloq status` (through `cli`, default this stack's) until the job has ended."""
+    cli = cli or yoloq
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = yoloq("status", job_id, "--json")
+        out = cli("status", job_id, "--json")
         if out.returncode == 0:
             status = json.loads(out.stdout)
             if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):

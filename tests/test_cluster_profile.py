@@ -8,13 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from stack_helpers import write_spec
+from stack_helpers import wait_final, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
 SERVICES = Path(__file__).resolve().parents[1] / "profiles" / "cluster" / "services.sh"
@@ -82,7 +81,7 @@ def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_datase
         out = cli("submit", str(spec), "--json")
         assert out.returncode == 0, out.stderr
         job_id = json.loads(out.stdout)["job_id"]
-        status = _wait_final(cli, job_id)
+        status = wait_final(job_id, 600, cli=cli)
         assert status["state"] == "Completed" and status["segments"] == 2, status
         _assert_shared_state(env, job_id, run)
     finally:
@@ -105,18 +104,6 @@ def _pgid(proc) -> int | None:
         return os.getpgid(proc.pid)
     except (ProcessLookupError, PermissionError):
         return None
-
-
-def _wait_final(cli, job_id: str, timeout_s: float = 600) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = cli("status", job_id, "--json")
-        if out.returncode == 0:
-            status = json.loads(out.stdout)
-            if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):
-                return status
-        time.sleep(2)
-    raise AssertionError(f"{job_id} did not finish")
 
 
 def _assert_shared_state(env: dict[str, str], job_id: str, run: str) -> None:

@@ -102,3 +102,11 @@ def find_job(client, job_id: str) -> JobRecord:
     if not jobs:
         raise UserError("job", f"no job named {job_id!r}", "list jobs with `yoloq status`")
     return jobs[0]
+
+
+def parent_run(client, job_id: str) -> Any:
+    """The job's `yolo-job` flow run (named after the job id)."""
+    runs = _runs(client, JOB_DEPLOYMENT, limit=1, name=job_id)
+    if not runs:
+        raise LookupError(f"no yolo-job run named {job_id!r}")
+    return runs[0]
