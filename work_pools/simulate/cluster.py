@@ -32,21 +32,42 @@ def _parse_part(part: str) -> tuple[str, int]:
     match = _PART.match(part)
     if not match:
         raise UserError("--cluster", f"cannot read {part!r}", "write COUNTxTYPE, e.g. 8xA100-80GB")
-    return match.group(2), int(match.group(1) or 1)
+    count = int(match.group(1) or 1)
+    if count < 1:
+        raise UserError("--cluster", f"{part.strip()!r} has no GPUs",
+                        "write a count >= 1, e.g. 8xA100-80GB")
+    return match.group(2), count
 
 
 def _from_file(path: Path) -> tuple[Gpu, ...]:
     if not path.is_file():
         raise UserError("--cluster", f"file not found: {path}", "give a file or 8xA100-80GB,...")
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError("--cluster", f"{path} is not a text file",
+                        "give a YAML/JSON file or 8xA100-80GB,...") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise UserError("--cluster", f"{path}: YAML syntax error{line}",
+                        "fix the file; expected `gpus: [{type: A100-80GB, count: 8}]`") from None
     entries = raw.get("gpus", raw) if isinstance(raw, dict) else raw
     if isinstance(entries, dict):
         entries = [{"type": k, "count": v} for k, v in entries.items()]
     try:
-        return _build([(str(e["type"]), int(e.get("count", 1))) for e in entries])
-    except (TypeError, KeyError, ValueError):
+        parts = [(str(e["type"]), _count(e.get("count", 1))) for e in entries]
+    except (TypeError, KeyError, ValueError, AttributeError):
         raise UserError("--cluster", f"{path}: expected `gpus: [{{type: ..., count: ...}}]`",
                         "see `yoloq simulate --help`") from None
+    return _build(parts)
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError("--cluster", f"count must be a whole number >= 1, not {value!r}",
+                        "e.g. {type: A100-80GB, count: 8}")
+    return value
 
 
 def _build(parts: list[tuple[str, int]]) -> tuple[Gpu, ...]:

@@ -72,6 +72,8 @@ class Simulator:
     def __init__(self, trace: list[TraceJob], gpus: tuple[Gpu, ...], policy: Policy, *,
                  segment_s: float = 600.0, estimate_sigma: float = 0.5, seed: int = 0,
                  eta: bool = True) -> None:
+        if not (math.isfinite(segment_s) and segment_s > 0):
+            raise ValueError(f"segment_s must be a positive number of seconds, not {segment_s}")
         self.gpus = gpus
         self.policy = policy
         self.segment_s = segment_s

@@ -20,6 +20,7 @@ below, 8 GB otherwise), epochs = iterations / 1000 (1-200); `interval` is ignore
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +60,9 @@ def read_trace(path: str | Path) -> list[TraceJob]:
     path = Path(path)
     if not path.is_file():
         raise UserError("trace", f"file not found: {path}", "give a CSV trace or use --generate")
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = tuple(h.strip() for h in (reader.fieldnames or ()))
-        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k} for row in reader]
+    header, rows = _read_rows(path)
+    if not header:
+        raise UserError("trace", f"{path} is empty", f"write a header {','.join(COLUMNS)} and rows")
     if set(COLUMNS) <= set(header):
         parse = _yoloq_row
     elif set(TIRESIAS_COLUMNS[:-1]) <= set(header):
@@ -71,12 +71,58 @@ def read_trace(path: str | Path) -> list[TraceJob]:
         raise UserError("trace", f"unknown CSV header {','.join(header)}",
                         f"use {','.join(COLUMNS)} or the Tiresias columns")
     jobs = []
+    seen: dict[str, int] = {}
     for line, row in enumerate(rows, start=2):
         try:
-            jobs.append(parse(row))
-        except (KeyError, ValueError) as exc:
+            job = parse(row)
+            _check(job)
+        except (KeyError, ValueError, TypeError) as exc:
             raise UserError("trace", f"line {line}: {exc}", "fix the value in that row") from None
+        if job.job_id in seen:
+            raise UserError("trace", f"line {line}: duplicate job_id {job.job_id!r} (first on line "
+                            f"{seen[job.job_id]})", "give every job its own job_id")
+        seen[job.job_id] = line
+        jobs.append(job)
+    if not jobs:
+        raise UserError("trace", f"{path} has a header but no jobs", "add at least one row")
     return sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
+
+
+def _read_rows(path: Path) -> tuple[tuple[str, ...], list[dict[str, str]]]:
+    """Header and rows; a file that is not UTF-8 text is one clear error."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            header = tuple(h.strip() for h in (reader.fieldnames or ()) if h is not None)
+            rows = [{k.strip(): (v or "").strip() for k, v in row.items()
+                     if isinstance(k, str) and k and isinstance(v, str)} for row in reader]
+    except UnicodeDecodeError:
+        raise UserError("trace", f"{path} is not a UTF-8 CSV file",
+                        "give a CSV trace (text) or use --generate") from None
+    except (csv.Error, OSError) as exc:
+        raise UserError("trace", f"cannot read {path}: {exc}", "give a CSV trace") from None
+    if "\x00" in "".join(header):
+        raise UserError("trace", f"{path} is not a CSV file (binary data)",
+                        "give a CSV trace (text) or use --generate")
+    return header, rows
+
+
+def _check(job: "TraceJob") -> None:
+    """Values a replay cannot run with: raise ValueError naming the column."""
+    if not job.job_id:
+        raise ValueError("job_id is empty")
+    for name in ("submit_time", "duration_s", "gpu_mem_gb"):
+        value = getattr(job, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, not {value}")
+    if job.submit_time < 0:
+        raise ValueError(f"submit_time must be >= 0, not {job.submit_time}")
+    if job.duration_s <= 0:
+        raise ValueError(f"duration_s must be > 0, not {job.duration_s}")
+    if job.gpus < 1:
+        raise ValueError(f"gpus must be at least 1, not {job.gpus}")
+    if job.gpu_mem_gb < 0:
+        raise ValueError(f"gpu_mem_gb must be >= 0, not {job.gpu_mem_gb}")
 
 
 def _yoloq_row(row: dict[str, str]) -> TraceJob:
@@ -97,7 +143,18 @@ def _tiresias_row(row: dict[str, str]) -> TraceJob:
 
 
 def write_trace(path: str | Path, jobs: list[TraceJob]) -> None:
-    with Path(path).open("w", newline="") as fh:
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UserError("--generate", f"folder {path.parent} does not exist",
+                        "create it first or write the trace elsewhere")
+    if path.is_dir():
+        raise UserError("--generate", f"{path} is a folder", "give a file name, e.g. trace.csv")
+    try:
+        fh = path.open("w", newline="")
+    except OSError as exc:
+        raise UserError("--generate", f"cannot write {path}: {exc.strerror}",
+                        "choose a writable path") from None
+    with fh:
         writer = csv.writer(fh)
         writer.writerow((*COLUMNS, "class"))
         for j in jobs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from yoloq.errors import UserError
 
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         write_trace(args.generate, jobs)
         print(f"wrote {len(jobs)} jobs ({args.load}, seed {args.seed}) to {args.generate}")
         return 0
+    _check_segment_s(args.segment_s)
     if not args.trace:
         raise UserError("trace", "no trace given", "pass a CSV trace, or --generate OUT to make one")
     return _replay(args, args.cluster or REFERENCE_CLUSTER)
@@ -59,6 +61,13 @@ def _replay(args: argparse.Namespace, cluster: str) -> int:
     summary = summarise(result)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
+
+
+def _check_segment_s(value: float) -> None:
+    """A non-positive or infinite segment length would never advance simulated time."""
+    if not math.isfinite(value) or value < 1:
+        raise UserError("--segment-s", f"must be a number of seconds >= 1, not {value:g}",
+                        "e.g. --segment-s 600")
 
 
 def _weights(text: str) -> dict[str, float]:
