@@ -81,8 +81,11 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
 def _train(job: JobSpec, job_id: str, stop_after_epoch: int, workdir: Path, store: Any,
            tracker: Any, run_id: str, logger: Any) -> Any:
+    from yoloq.datasets import resolve_dataset
     from yoloq.engine import SegmentRequest, run_segment
 
+    # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched)
+    job = job.model_copy(update={"data": str(resolve_dataset(job.data, logger))})
     restored = store.restore(job_id, workdir / "restore")
     for warning in (restored.warnings if restored else []):
         logger.warning(warning)

@@ -180,6 +180,10 @@ def label_path(image: str) -> Path:
 
 def validate_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> DatasetInfo:
     """Check a detection data YAML, its image folders and label files; raise DatasetError."""
+    if str(data_yaml).startswith("s3://"):  # listed and labels read in S3, images not downloaded
+        from yoloq.datasets.s3_analysis import validate_s3_dataset
+
+        return validate_s3_dataset(str(data_yaml), limit)
     yaml_path = Path(data_yaml).expanduser().resolve()
     data = load_data_yaml(yaml_path)
     names = check_names(data)
