@@ -7,38 +7,30 @@ model are checked by `yoloq.analysis`, which also needs no torch.
 from __future__ import annotations
 
 import difflib
-import functools
-import importlib.util
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from yoloq.errors import SpecError
 from yoloq.tiers import TIER_NAMES, Tier
 
 EXPORT_FORMATS = ("torchscript", "onnx")
-# Arguments yoloq owns: set at the top level of the spec, or managed by yoloq.
-_OWNED_TRAIN_ARGS = {
-    "model": "set `model` at the top level",
-    "data": "set `data` at the top level",
-    "epochs": "set `epochs` at the top level",
-    "imgsz": "set `imgsz` at the top level",
-    "batch": "set `batch` at the top level",
-    "resume": "remove it: yoloq resumes jobs itself",
-    "project": "remove it: yoloq chooses where runs are stored",
-    "name": "set `name` at the top level",
-    "exist_ok": "remove it: yoloq manages run folders",
-    "save_dir": "remove it: yoloq manages run folders",
-    "mode": "remove it: a job always trains",
-    "task": "remove it: the task comes from the model",
-}
-# Boolean arguments whose value yoloq reads (others, like `cache`, also accept strings).
-_BOOL_TRAIN_ARGS = {"amp", "deterministic", "cos_lr", "single_cls", "rect", "val", "plots"}
+MAX_BATCH = 4096  # the spec's upper limit for `batch` (estimates never report more)
+WEIGHTS_DIR_ENV = "YOLOQ_WEIGHTS_DIR"  # a folder where `yolov8n.pt` (a bare name) resolves
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# Words users reach for, and the field they mean (`tier` is what the README calls a priority).
+_FIELD_ALIASES = {
+    "tier": "priority", "queue": "priority", "prio": "priority", "batch_size": "batch",
+    "img_size": "imgsz", "image_size": "imgsz", "imgsize": "imgsz", "dataset": "data",
+    "weights": "model", "args": "train_args", "hyp": "train_args", "hyperparameters": "train_args",
+    "exports": "export", "formats": "export", "epochs_per_segment": "segment_epochs",
+}
+_INT_FIELDS = ("epochs", "imgsz", "batch", "segment_epochs")
 
 
 class JobSpec(BaseModel):
@@ -51,11 +43,12 @@ class JobSpec(BaseModel):
     priority: str = Field(default="normal", description="urgent | high | normal | low")
     model: str = Field(description="A model YAML name (yolov8n.yaml, yolo11s.yaml) or a .pt path.")
     data: str = Field(description="Path to the dataset YAML.")
-    epochs: int = Field(default=10, ge=1, le=10000)
-    imgsz: int = Field(default=640, ge=32, le=4096)
-    batch: int = Field(default=16, ge=1, le=4096)
-    segment_epochs: int | None = Field(default=None, ge=1, le=10000,
-                                       description="Epochs per segment; default from the estimate.")
+    epochs: int = Field(default=10, ge=1, le=10000, strict=True)
+    imgsz: int = Field(default=640, ge=32, le=4096, strict=True)
+    batch: int = Field(default=16, ge=1, le=MAX_BATCH, strict=True)
+    segment_epochs: int | None = Field(default=None, ge=1, le=10000, strict=True,
+                                       description="Epochs per segment (at most `epochs`); default from "
+                                                   "the estimate.")
     export: list[str] = Field(default_factory=lambda: ["torchscript"])
     train_args: dict[str, Any] = Field(default_factory=dict)
 
@@ -96,6 +89,12 @@ class JobSpec(BaseModel):
             raise ValueError(f"{problem[0]}: {problem[1]}")
         return value
 
+    @model_validator(mode="after")
+    def _segment_within_job(self) -> "JobSpec":
+        if self.segment_epochs is not None and self.segment_epochs > self.epochs:
+            raise ValueError(f"segment_epochs: {self.segment_epochs} is more than the job's {self.epochs} epochs")
+        return self
+
     @property
     def tier(self) -> Tier:
         return Tier.parse(self.priority)
@@ -105,14 +104,11 @@ class JobSpec(BaseModel):
         return int(self.train_args.get("seed", 0))
 
 
-@functools.lru_cache(maxsize=1)
 def ultralytics_train_defaults() -> dict[str, Any]:
     """ultralytics' arguments and defaults, read from its default.yaml without importing it."""
-    found = importlib.util.find_spec("ultralytics")
-    if found is None or not found.submodule_search_locations:
-        return {}
-    cfg = Path(list(found.submodule_search_locations)[0]) / "cfg" / "default.yaml"
-    return dict(yaml.safe_load(cfg.read_text()))
+    from yoloq.analysis.ultralytics_cfg import tables
+
+    return tables().defaults
 
 
 def ultralytics_train_args() -> frozenset[str]:
@@ -121,30 +117,41 @@ def ultralytics_train_args() -> frozenset[str]:
 
 
 def _train_args_problem(value: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(key, problem, fix) for the first bad `train_args` entry, or None."""
-    defaults = ultralytics_train_defaults()
-    for key, given in value.items():
-        key = str(key)
-        if key in _OWNED_TRAIN_ARGS:
-            return key, "is set by yoloq, not in train_args", _OWNED_TRAIN_ARGS[key]
-        if defaults and key not in defaults:
-            return key, "unknown ultralytics argument" + _suggest(key, defaults), \
-                "see ultralytics' train settings (cfg/default.yaml)"
-        expected = defaults.get(key)
-        if _is_number(expected) and not _is_number(given):
-            return key, f"must be a number, not {given!r}", f"write e.g. `{key}: {expected}`"
-        if key in _BOOL_TRAIN_ARGS and not isinstance(given, bool):
-            return key, f"must be true or false, not {given!r}", f"write `{key}: {str(expected).lower()}`"
-    return None
+    """(key, problem, fix) for the first bad `train_args` entry, or None (see analysis.train_args)."""
+    from yoloq.analysis.train_args import first_problem
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return first_problem(value)
 
 
 def _suggest(key: str, candidates: "set[str] | frozenset[str] | list[str]") -> str:
     close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _unknown_field(key: str, value: Any, fields: set[str]) -> SpecError:
+    """An unknown top-level key, with the nearest field or where it belongs."""
+    if key.lower() in _FIELD_ALIASES:
+        field = _FIELD_ALIASES[key.lower()]
+        return SpecError(key, f"unknown field; did you mean {field!r}?", f"write `{field}: {_short(value)}`")
+    if key in ultralytics_train_defaults():
+        return SpecError(key, "is an ultralytics train argument, not a spec field",
+                         f"move it under train_args: `train_args: {{{key}: {_short(value)}}}`")
+    return SpecError(key, "unknown field" + _suggest(key, fields), f"valid fields: {', '.join(sorted(fields))}")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bool_as_number(raw: dict[str, Any]) -> SpecError | None:
+    """YAML `epochs: true` is a bool, which Python would count as 1: refused."""
+    for key in _INT_FIELDS:
+        if isinstance(raw.get(key), bool):
+            default = JobSpec.model_fields[key].default
+            return SpecError(key, f"must be a whole number, not {str(raw[key]).lower()}",
+                             f"write e.g. `{key}: {default if default is not None else 5}`")
+    return None
 
 
 def load_spec(path: str | Path) -> JobSpec:
@@ -162,10 +169,12 @@ def parse_spec(raw: Any, base_dir: Path | None = None) -> JobSpec:
     if not isinstance(raw, dict):
         raise SpecError("spec", "must be a mapping of fields", "write `name: ...`, `team: ...` and so on")
     fields = set(JobSpec.model_fields)
-    for key in raw:
+    for key, value in raw.items():
         if key not in fields:
-            raise SpecError(str(key), "unknown field" + _suggest(str(key), fields),
-                            f"valid fields: {', '.join(sorted(fields))}")
+            raise _unknown_field(str(key), value, fields)
+    wrong = _bool_as_number(raw)
+    if wrong:
+        raise wrong
     train_args = raw.get("train_args")
     if isinstance(train_args, dict):
         problem = _train_args_problem(train_args)
@@ -183,10 +192,13 @@ def _parse(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError("spec", f"cannot read {path}: {exc}", "give a readable UTF-8 YAML or JSON file") from None
+    from yoloq.analysis.strict_yaml import DuplicateKey, load_json, load_yaml
+
     try:
-        if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+        return load_json(text) if path.suffix == ".json" else load_yaml(text)
+    except DuplicateKey as exc:
+        raise SpecError(str(exc.key), f"given twice (lines {exc.first_line} and {exc.second_line}); "
+                        "the spec must say it once", "delete one of them") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         where = getattr(exc, "problem_mark", None) or getattr(exc, "lineno", None)
         line = where.line + 1 if hasattr(where, "line") else where
@@ -198,6 +210,9 @@ def _first_error(exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
     field = ".".join(str(p) for p in err["loc"]) or "spec"
     message = err["msg"].removeprefix("Value error, ")
+    if not err["loc"] and message.startswith("segment_epochs: "):
+        return SpecError("segment_epochs", message.split(": ", 1)[1],
+                         "make segment_epochs at most epochs, or remove it")
     if err["type"] == "missing":
         return SpecError(field, "required field is missing", f"add `{field}:` to the spec")
     return SpecError(field, message, _fix_for(err))
@@ -215,11 +230,33 @@ def _fix_for(err: dict[str, Any]) -> str | None:
 
 
 def _resolve_paths(spec: JobSpec, base_dir: Path) -> JobSpec:
-    updates: dict[str, str] = {}
+    """Relative `data`, `.pt` model and `pretrained` paths, made absolute from the spec's folder.
+
+    A bare weights name (`yolov8n.pt`) that is not next to the spec resolves in
+    $YOLOQ_WEIGHTS_DIR when it is there. Nothing is downloaded; whether the file exists
+    is checked by the analysis.
+    """
+    updates: dict[str, Any] = {}
     data = Path(spec.data).expanduser()
     if not data.is_absolute():
-        updates["data"] = str((base_dir / data).resolve())
-    model = Path(spec.model).expanduser()
-    if spec.model.endswith(".pt") and not model.is_absolute():
-        updates["model"] = str((base_dir / model).resolve())
+        updates["data"] = os.path.abspath(base_dir / data)
+    if spec.model.lower().endswith(".pt"):
+        updates["model"] = str(resolve_weights(spec.model, base_dir))
+    pretrained = spec.train_args.get("pretrained")
+    if isinstance(pretrained, str):
+        updates["train_args"] = {**spec.train_args, "pretrained": str(resolve_weights(pretrained, base_dir))}
     return spec.model_copy(update=updates) if updates else spec
+
+
+def resolve_weights(name: str, base_dir: Path) -> Path:
+    """A weights file: absolute as given; else next to the spec; else a bare name in $YOLOQ_WEIGHTS_DIR."""
+    given = Path(name).expanduser()
+    if given.is_absolute():
+        return given
+    local = Path(os.path.abspath(base_dir / given))
+    folder = os.environ.get(WEIGHTS_DIR_ENV)
+    if not os.path.lexists(local) and folder and len(given.parts) == 1:
+        shared = Path(os.path.abspath(Path(folder).expanduser() / given))
+        if os.path.lexists(shared):
+            return shared
+    return local

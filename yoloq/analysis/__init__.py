@@ -1,9 +1,24 @@
 """Job analysis without torch: validate a spec and its dataset, fingerprint checkpoints,
-estimate memory and time, and classify the job. See docs/analysis.md."""
+estimate memory and time, check the fit against a pool, and classify the job.
 
-from yoloq.analysis.core import Analysis, analyse, analyse_file
-from yoloq.analysis.dataset import DatasetInfo, validate_dataset
-from yoloq.analysis.fingerprint import Fingerprint, fingerprint
+The names below are imported lazily, so that `yoloq.spec` can use the small modules of
+this package (strict YAML, ultralytics' argument tables) without an import circle.
+"""
 
-__all__ = ["Analysis", "DatasetInfo", "Fingerprint", "analyse", "analyse_file", "fingerprint",
-           "validate_dataset"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Analysis": "core", "analyse": "core", "analyse_file": "core",
+    "DatasetInfo": "dataset", "validate_dataset": "dataset",
+    "Fingerprint": "fingerprint", "fingerprint": "fingerprint",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'yoloq.analysis' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"yoloq.analysis.{_EXPORTS[name]}"), name)
