@@ -1,6 +1,8 @@
 """Session-wide test setup: an isolated state folder, the offline environment,
 and the network guard (every Python process the tests start refuses and records
-non-loopback connections; any record fails the test that made it)."""
+non-loopback connections). A record fails the test during which it was made, and
+any record at all (made while session or module fixtures started or stopped a
+stack, at teardown, by a leftover process) fails the whole run at its end."""
 
 from __future__ import annotations
 
@@ -34,16 +36,51 @@ from yoloq import offline  # noqa: E402
 offline.apply()
 
 
+_ATTRIBUTED: list[tuple[int, int, str]] = []  # (start, end, test id) of log spans already blamed
+
+
 @pytest.fixture(autouse=True)
-def _no_network_escapes():
+def _no_network_escapes(request):
     """Fail the test if it (or any process it started) tried a non-loopback connection."""
     before = _NETGUARD_LOG.stat().st_size
     yield
     with open(_NETGUARD_LOG) as fh:
         fh.seek(before)
-        escapes = fh.read().strip()
-    if escapes:
-        pytest.fail(f"non-loopback network access attempted:\n{escapes[:3000]}")
+        escapes = fh.read()
+    if escapes.strip():
+        _ATTRIBUTED.append((before, before + len(escapes.encode()), request.node.nodeid))
+        pytest.fail(f"non-loopback network access attempted:\n{escapes.strip()[:3000]}")
+
+
+def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> str:
+    """The guard log's text outside the spans already blamed on a test."""
+    data = log.read_bytes()
+    keep = bytearray()
+    position = 0
+    for start, end, _ in sorted(attributed):
+        keep += data[position:start]
+        position = max(position, end)
+    keep += data[position:]
+    return keep.decode(errors="replace").strip()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if any process tried a non-loopback connection at any time, fixtures and
+    teardown included (the per-test check cannot see those)."""
+    if not _NETGUARD_LOG.exists() or _NETGUARD_LOG.stat().st_size == 0:
+        return
+    blamed = ", ".join(sorted({nodeid for _, _, nodeid in _ATTRIBUTED}))
+    rest = unattributed_escapes(_NETGUARD_LOG, _ATTRIBUTED)
+    report = [f"yoloq netguard: non-loopback network access was attempted during this run "
+              f"(log: {_NETGUARD_LOG})"]
+    if blamed:
+        report.append(f"  failed tests: {blamed}")
+    if rest:
+        report.append("  outside any test (session/module fixtures, teardown, leftovers):")
+        report.extend("    " + line[:600] for line in rest.splitlines()[:20])
+    print("\n" + "\n".join(report), file=sys.stderr)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
