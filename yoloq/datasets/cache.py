@@ -123,6 +123,7 @@ class DatasetCache:
             if found is not None:
                 return found, False
             self._discard_damaged(digest)
+            self._discard_partial(digest)
             tmp = self._reserve(digest, size)
             try:
                 manifest = fill(tmp)
@@ -224,6 +225,12 @@ class DatasetCache:
             if actual != size:
                 return f"{name} has {actual} bytes, expected {size}"
         return None
+
+    def _discard_partial(self, digest: str) -> None:
+        """Temp folders of `digest` left by a copy that died (the caller holds its fill lock)."""
+        for tmp in self.root.glob(f"{_TMP}{digest}-*"):
+            self.log.info("dataset cache: removing the partial copy %s", tmp.name)
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def _discard_damaged(self, digest: str) -> None:
         folder = self.folder(digest)

@@ -50,10 +50,14 @@ def local_yaml_name(dataset: S3Dataset) -> str:
 def sync_dataset(uri: str, cache: DatasetCache | None = None, client: Any | None = None,
                  logger: Any = None) -> Synced:
     """Make the dataset available in the node cache and hold it in use (see `Synced.lease`)."""
-    logger = logger or log
     client = client or dataset_client()
+    return sync_opened(open_s3_dataset(uri, client), cache, client, logger)
+
+
+def sync_opened(dataset: S3Dataset, cache: DatasetCache | None, client: Any, logger: Any = None) -> Synced:
+    """`sync_dataset` for a dataset already read and listed (`open_s3_dataset`)."""
+    logger = logger or log
     cache = cache or default_cache(logger)
-    dataset = open_s3_dataset(uri, client)
     for warning in dataset.warnings:
         logger.warning(warning)
     digest = content_digest(dataset)

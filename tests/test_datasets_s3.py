@@ -1,0 +1,360 @@
+"""Datasets in S3, against the real Swift s3api server (`profiles/cluster/services.sh start s3`).
+
+`analyse` checks an `s3://.../data.yaml` dataset exactly like the local copy without reading
+any image; a node copies it once into its content-addressed cache, verified, and reuses it;
+a changed object means a new folder; eviction is least-recently-used and never touches a
+dataset in use; a partial copy is never used; a real segment trains from an s3:// dataset.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from blocks.s3 import make_s3_client
+from test_checkpoint_store import s3_env  # noqa: F401  (the module-scoped S3 server fixture)
+from yoloq.analysis.dataset import IMG_FORMATS, validate_dataset
+from yoloq.datasets.cache import MANIFEST, DatasetCache
+from yoloq.datasets.s3_analysis import validate_s3_dataset
+from yoloq.datasets.s3_source import open_s3_dataset
+from yoloq.datasets.sync import sync_dataset, sync_opened
+from yoloq.errors import DatasetError
+from yoloq.synth import synth_dataset
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[1]
+
+
+class CountingClient:
+    """A real boto3 client plus the keys of every GetObject it sent (a botocore event hook)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.client = make_s3_client(env["YOLOQ_S3_ENDPOINT_URL"], "us-east-1", env["AWS_ACCESS_KEY_ID"],
+                                     env["AWS_SECRET_ACCESS_KEY"])
+        self.gets: list[str] = []
+        self._lock = threading.Lock()
+        self.client.meta.events.register("before-parameter-build.s3.GetObject", self._record)
+
+    def _record(self, params: dict[str, Any], **_: Any) -> None:
+        with self._lock:
+            self.gets.append(params["Key"])
+
+    def images_read(self) -> list[str]:
+        return [k for k in self.gets if k.rpartition(".")[-1].lower() in IMG_FORMATS]
+
+    def reset(self) -> None:
+        self.gets.clear()
+
+
+@pytest.fixture
+def s3(s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> CountingClient:  # noqa: F811
+    """The server's settings in this process's environment (as on a node) and a counting client."""
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, s3_env[key])
+    monkeypatch.setenv("YOLOQ_CHECKPOINT_URI", f"s3://{s3_env['YOLOQ_S3_BUCKET']}/tests/ckpt-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
+    return CountingClient(s3_env)
+
+
+@pytest.fixture(scope="module")
+def local_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synth_dataset(tmp_path_factory.mktemp("shapes") / "shapes", train=10, val=5, imgsz=32, seed=3,
+                         relative_path=True)
+
+
+def upload(s3: CountingClient, bucket: str, data_yaml: Path, prefix: str | None = None) -> str:
+    """Upload the dataset folder under a fresh prefix; its data YAML's s3:// URI."""
+    prefix = prefix or f"tests/datasets/{uuid.uuid4().hex[:10]}"
+    root = data_yaml.parent
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            s3.client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(root).as_posix()}")
+    return f"s3://{bucket}/{prefix}/{data_yaml.name}"
+
+
+def put(s3: CountingClient, uri: str, body: bytes) -> None:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    s3.client.put_object(Bucket=bucket, Key=key, Body=body)
+
+
+@pytest.fixture
+def bucket(s3_env: dict[str, str]) -> str:  # noqa: F811
+    return s3_env["YOLOQ_S3_BUCKET"]
+
+
+# ---------------------------------------------------------------- analyse
+
+
+def test_s3_check_matches_the_local_check_and_reads_no_image(s3, bucket, local_dataset):
+    uri = upload(s3, bucket, local_dataset)
+    local = validate_dataset(local_dataset)
+    s3.reset()
+    remote = validate_s3_dataset(uri, client=s3.client)
+
+    assert remote.names == local.names and remote.nc == local.nc == 3
+    assert {k: (v.images, v.labelled, v.checked, v.boxes) for k, v in remote.splits.items()} == \
+           {k: (v.images, v.labelled, v.checked, v.boxes) for k, v in local.splits.items()}
+    assert remote.splits["train"].images == 10 and remote.splits["val"].images == 5
+    assert remote.warnings == local.warnings == ()
+    assert remote.yaml_path == uri and remote.root == uri.rsplit("/", 1)[0]
+    assert s3.images_read() == [], "analyse must not download images"
+    assert len(s3.gets) == 1 + 15, "the data YAML and one label file per image, nothing else"
+
+
+def test_s3_sample_checks_the_same_label_files_as_local(s3, bucket, local_dataset):
+    uri = upload(s3, bucket, local_dataset)
+    local = validate_dataset(local_dataset, limit=3)
+    remote = validate_s3_dataset(uri, limit=3, client=s3.client)
+
+    assert [(v.images, v.checked, v.boxes) for v in remote.splits.values()] == \
+           [(v.images, v.checked, v.boxes) for v in local.splits.values()]
+    assert remote.splits["train"].checked == 3
+    assert [w.split(":")[0] for w in remote.warnings] == ["data.train", "data.val"]
+    assert remote.warnings == local.warnings
+
+
+def test_analyse_of_an_s3_spec_gives_the_local_figures(s3, bucket, local_dataset):
+    from yoloq.analysis import analyse
+    from yoloq.spec import parse_spec
+
+    uri = upload(s3, bucket, local_dataset)
+    spec = {"name": "s3-job", "team": "vision", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 32,
+            "batch": 4}
+    local = analyse(parse_spec({**spec, "data": str(local_dataset)})).to_dict()
+    remote = analyse(parse_spec({**spec, "data": uri})).to_dict()  # validate_dataset's s3:// dispatch
+
+    assert remote["data"] == uri and remote["dataset_root"] == uri.rsplit("/", 1)[0]
+    different = {k for k in local if local[k] != remote[k]}
+    assert different == {"data", "dataset_root"}
+
+
+def test_a_workstation_path_in_the_yaml_is_ignored_with_a_warning(s3, bucket, tmp_path):
+    absolute = synth_dataset(tmp_path / "abs", train=2, val=1, imgsz=32)  # path: /tmp/.../abs
+    uri = upload(s3, bucket, absolute)
+    info = validate_s3_dataset(uri, client=s3.client)
+
+    assert info.root == uri.rsplit("/", 1)[0] and info.images("train") == 2
+    assert len(info.warnings) == 1 and info.warnings[0].startswith("data.path: ")
+    assert "is a local path" in info.warnings[0]
+
+
+@pytest.mark.parametrize("damage, field, words", [
+    pytest.param("missing_yaml", "data", "does not exist", id="missing-yaml"),
+    pytest.param("missing_split", "data.val", "not found", id="missing-split"),
+    pytest.param("bad_class", "labels/train/train_00001.txt:1", "class id 7 >= nc 3", id="bad-label"),
+    pytest.param("bad_secret", "data", "access denied", id="bad-credentials"),
+])
+def test_s3_dataset_problems_are_one_line_errors(s3, bucket, local_dataset, s3_env, damage, field,  # noqa: F811
+                                                 words):
+    uri = upload(s3, bucket, local_dataset)
+    root = uri.rsplit("/", 1)[0]
+    client = s3.client
+    if damage == "missing_yaml":
+        uri = f"{root}/other.yaml"
+    elif damage == "missing_split":
+        put(s3, uri, yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/valid",
+                                     "names": ["a", "b", "c"]}).encode())
+    elif damage == "bad_class":
+        put(s3, f"{root}/labels/train/train_00001.txt", b"7 0.5 0.5 0.2 0.2\n")
+    else:
+        client = make_s3_client(s3_env["YOLOQ_S3_ENDPOINT_URL"], "us-east-1", s3_env["AWS_ACCESS_KEY_ID"],
+                                "wrong-secret")
+    with pytest.raises(DatasetError) as caught:
+        validate_s3_dataset(uri, client=client)
+    assert caught.value.field == field and words in caught.value.problem
+    assert "\n" not in caught.value.line() and caught.value.fix
+    if damage in ("missing_yaml", "bad_secret"):
+        assert uri in caught.value.problem, "the error names the object"
+
+
+# ---------------------------------------------------------------- the node cache
+
+
+def cache_at(tmp_path: Path, max_bytes: int = 1 << 30, clock: Any = time.time) -> DatasetCache:
+    return DatasetCache(tmp_path / "datasets", max_bytes, clock=clock)
+
+
+def test_sync_copies_once_verified_then_reuses_without_download(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    cache = cache_at(tmp_path)
+    first = sync_dataset(uri, cache=cache, client=s3.client)
+
+    assert first.copied and first.folder == tmp_path / "datasets" / first.digest
+    local_root = local_dataset.parent
+    for path in local_root.rglob("*"):
+        if path.is_file() and path.name != "data.yaml":
+            assert (first.folder / path.relative_to(local_root)).read_bytes() == path.read_bytes()
+    written = yaml.safe_load(first.data_yaml.read_text())
+    assert first.data_yaml == first.folder / "data.yaml" and written["path"] == str(first.folder)
+    assert written["names"] == ["rectangle", "ellipse", "triangle"]
+    assert validate_dataset(first.data_yaml).splits["train"].boxes == \
+           validate_dataset(local_dataset).splits["train"].boxes
+    assert not list((tmp_path / "datasets").glob(".tmp-*")), "no temp folder is left"
+
+    s3.reset()
+    second = sync_dataset(uri, cache=cache, client=s3.client)
+    assert not second.copied and second.folder == first.folder and second.data_yaml == first.data_yaml
+    assert s3.gets == [uri.removeprefix(f"s3://{bucket}/")], "a reuse reads the data YAML only"
+    first.lease.release()
+    second.lease.release()
+
+
+def test_a_changed_object_gives_a_new_folder(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    cache = cache_at(tmp_path)
+    before = sync_dataset(uri, cache=cache, client=s3.client)
+    put(s3, uri.rsplit("/", 1)[0] + "/labels/train/train_00002.txt", b"0 0.5 0.5 0.25 0.25\n")
+    after = sync_dataset(uri, cache=cache, client=s3.client)
+
+    assert after.copied and after.digest != before.digest
+    assert (after.folder / "labels/train/train_00002.txt").read_bytes() == b"0 0.5 0.5 0.25 0.25\n"
+    assert (before.folder / "labels/train/train_00002.txt").read_bytes() != b"0 0.5 0.5 0.25 0.25\n"
+    assert sync_dataset(uri, cache=cache, client=s3.client).digest == after.digest  # stable
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_eviction_takes_the_least_recently_used_and_never_one_in_use(s3, bucket, local_dataset, tmp_path):
+    uris = [upload(s3, bucket, local_dataset) for _ in range(4)]  # four datasets of one size
+    size = open_s3_dataset(uris[0], s3.client).size
+    clock = FakeClock()
+    cache = cache_at(tmp_path, max_bytes=int(2.5 * size), clock=clock)
+
+    def sync(uri: str, at: float) -> Any:
+        clock.now = at
+        return sync_dataset(uri, cache=cache, client=s3.client)
+
+    a = sync(uris[0], 1)  # oldest, and kept in use
+    b = sync(uris[1], 2)
+    b.lease.release()
+    c = sync(uris[2], 3)  # needs room: a is in use, so b goes
+    c.lease.release()
+    assert a.folder.exists() and not b.folder.exists() and c.folder.exists()
+    assert cache.in_use(a.digest) and not cache.in_use(c.digest)
+
+    a.lease.release()
+    d = sync(uris[3], 4)  # a is no longer in use and is the least recently used
+    d.lease.release()
+    assert not a.folder.exists() and c.folder.exists() and d.folder.exists()
+    assert sum(e.bytes for e in cache.entries()) <= cache.max_bytes
+
+    clock.now = 5
+    assert cache.lookup(c.digest) == c.folder  # a use makes c the most recent: d goes next
+    e = sync(uris[0], 6)
+    e.lease.release()
+    assert [x.digest for x in cache.entries()] == [c.digest, e.digest]
+
+
+def test_a_dataset_larger_than_the_cache_is_refused(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    with pytest.raises(DatasetError) as caught:
+        sync_dataset(uri, cache=cache_at(tmp_path, max_bytes=1000), client=s3.client)
+    assert "more than the node's dataset cache" in caught.value.problem
+    assert "YOLOQ_DATASET_CACHE_GB" in caught.value.fix
+    assert not [p for p in (tmp_path / "datasets").iterdir() if p.name != ".locks"]
+
+
+def test_an_object_changed_during_the_copy_leaves_nothing_behind(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    listed = open_s3_dataset(uri, s3.client)
+    image = uri.rsplit("/", 1)[0] + "/images/val/val_00004.png"
+    put(s3, image, b"not the listed image")  # replaced between the listing and the copy
+    cache = cache_at(tmp_path)
+
+    with pytest.raises(DatasetError) as caught:
+        sync_opened(listed, cache, s3.client)
+    assert image in caught.value.problem and "changed during the copy" in caught.value.problem
+    assert not [p for p in (tmp_path / "datasets").iterdir() if p.name != ".locks"], \
+        "neither the partial copy nor a cache folder may remain"
+
+
+def test_a_damaged_cache_folder_is_copied_again(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    cache = cache_at(tmp_path)
+    first = sync_dataset(uri, cache=cache, client=s3.client)
+    first.lease.release()
+    image = first.folder / "images/train/train_00003.png"
+    good = image.read_bytes()
+    image.write_bytes(good[: len(good) // 2])  # truncated on the node's disk
+
+    again = sync_dataset(uri, cache=cache, client=s3.client)
+    assert again.copied and again.folder == first.folder
+    assert image.read_bytes() == good
+    again.lease.release()
+
+
+_KILLED_COPY = """
+import sys, time
+from blocks.s3 import make_s3_client
+from yoloq.datasets.cache import DatasetCache
+from yoloq.datasets.sync import sync_dataset
+endpoint, key, secret, uri, root = sys.argv[1:]
+client = make_s3_client(endpoint, "us-east-1", key, secret)
+gets = []
+def slow(**_):
+    gets.append(1)
+    if len(gets) == 6:
+        print("copying", flush=True)
+        time.sleep(600)
+client.meta.events.register("before-call.s3.GetObject", slow)
+sync_dataset(uri, cache=DatasetCache(root, 1 << 30), client=client)
+"""
+
+
+def test_a_copy_killed_halfway_is_never_used(s3, bucket, local_dataset, tmp_path, s3_env):  # noqa: F811
+    uri = upload(s3, bucket, local_dataset)
+    root = tmp_path / "datasets"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_COPY, s3_env["YOLOQ_S3_ENDPOINT_URL"],
+                             s3_env["AWS_ACCESS_KEY_ID"], s3_env["AWS_SECRET_ACCESS_KEY"], uri, str(root)],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "copying"
+        partial = list(root.glob(".tmp-*"))
+        assert len(partial) == 1 and any(p.is_file() for p in partial[0].rglob("*"))
+    finally:
+        proc.kill()
+        proc.wait()
+    cache = DatasetCache(root, 1 << 30)
+    assert cache.entries() == [], "the killed copy is not a cache entry"
+
+    synced = sync_dataset(uri, cache=cache, client=s3.client)
+    assert synced.copied and not partial[0].exists(), "the partial copy was removed, not used"
+    assert len(list(synced.folder.rglob("*.png"))) == 15
+    synced.lease.release()
+
+
+def test_two_segments_syncing_at_once_copy_once(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    results: list[Any] = []
+    barrier = threading.Barrier(2)
+
+    def segment() -> None:
+        barrier.wait()
+        results.append(sync_dataset(uri, cache=cache_at(tmp_path), client=s3.client))
+
+    threads = [threading.Thread(target=segment) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(r.copied for r in results) == [False, True]
+    assert results[0].folder == results[1].folder
+    assert sorted(s3.images_read()) == sorted(set(s3.images_read())), "every image downloaded once"
+    assert len(s3.images_read()) == 15
+    assert (results[0].folder / MANIFEST).is_file()
+    for result in results:
+        result.lease.release()
