@@ -12,6 +12,10 @@ SHORT_MAX_S = 30 * 60
 SHORT_MAX_EPOCHS = 30
 ULTRALYTICS_NBS = 64  # ultralytics' default nominal batch size (cfg/default.yaml `nbs`)
 ULTRALYTICS_WARMUP_EPOCHS = 3.0  # cfg/default.yaml `warmup_epochs`
+# yoloq adds at most one (smaller) optimizer step per epoch where stock ultralytics would carry
+# gradients over the boundary. That is worth a warning only when it is a material share of the
+# epoch's steps: accumulate / batches_per_epoch above this (fewer than 10 steps per epoch).
+MATERIAL_STEP_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -64,24 +68,30 @@ def exactness(train_args: dict[str, Any], batch: int, train_images: int, epochs:
     batches counted across epochs (ramping up from 1 during warmup), so gradients can be
     pending at an epoch boundary and a resumed run (which restarts that count) diverges.
     yoloq's trainer (yoloq.engine.accumulation) always steps at an epoch's last batch, so
-    resume stays exact; the boundaries where stock ultralytics would have had gradients
-    pending are reported as a warning, because there yoloq's step schedule differs from
-    a plain ultralytics run.
+    resume stays exact; where stock ultralytics would have had gradients pending, yoloq
+    makes one extra, smaller step. That is reported as a warning only where it is a
+    material share of the epoch's steps (MATERIAL_STEP_SHARE).
     """
     nbs = int(train_args.get("nbs", ULTRALYTICS_NBS))
-    batches = math.ceil(train_images / batch)
-    accumulate = min(accumulate_count(batch, nbs), batches * epochs)
+    batches = max(1, math.ceil(train_images / batch))
+    accumulate = accumulate_count(batch, nbs)
     warmup_epochs = min(float(train_args.get("warmup_epochs", ULTRALYTICS_WARMUP_EPOCHS)), max(epochs - 1, 0))
     warmup_iters = round(warmup_epochs * batches) if warmup_epochs > 0 else 0
     pending = pending_boundaries(batches, epochs, accumulate, warmup_iters)
-    warning = None
-    if pending:
-        warning = (f"gradient accumulation would be pending at {len(pending)} of {epochs - 1} epoch "
-                   f"boundaries (first after epoch {pending[0]}; {batches} batches per epoch, accumulate "
-                   f"{accumulate} = nbs {nbs} / batch {batch}); yoloq steps at every epoch's last batch so "
-                   f"resume stays exact, but there its schedule differs from plain ultralytics (fix: set "
-                   f"train_args.nbs: {batch} so every batch steps)")
+    warning = _accumulation_warning(pending, epochs, batches, accumulate, nbs, batch)
     if train_args.get("deterministic", True) is False:
         return Exactness(False, "train_args.deterministic is false: kernels may differ after a resume "
                          "(fix: remove it or set it to true)", accumulate, batches, tuple(pending), warning)
     return Exactness(True, None, accumulate, batches, tuple(pending), warning)
+
+
+def _accumulation_warning(pending: list[int], epochs: int, batches: int, accumulate: int, nbs: int,
+                          batch: int) -> str | None:
+    if not pending or accumulate / batches <= MATERIAL_STEP_SHARE:
+        return None
+    per_epoch = batches / accumulate
+    return (f"gradient accumulation: ultralytics steps the optimizer every {accumulate} batches (accumulate = max(round(nbs {nbs} / "
+            f"batch {batch}), 1)) but an epoch has only {batches}, so at {len(pending)} of {epochs - 1} epoch "
+            f"boundaries gradients would be pending; yoloq steps at each epoch's last batch (resume stays exact), "
+            f"which adds one smaller optimizer step to those epochs (plain ultralytics makes about "
+            f"{per_epoch:.2g} per epoch). More images per epoch make the difference smaller")

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from yoloq import gpus
-from yoloq.analysis import classify, estimates
+from yoloq.analysis import classify, estimates, train_args
 from yoloq.analysis.dataset import DatasetInfo, validate_dataset
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
 from yoloq.analysis.models import ModelInfo, check_supported, model_size, resolve_model_name
 from yoloq.errors import ModelError, SpecError
 from yoloq.segments import segment_epochs_for
-from yoloq.spec import JobSpec, load_spec
+from yoloq.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class Analysis:
     accumulation_pending_boundaries: int  # where stock ultralytics would hold unapplied gradients
     exact_resume: bool
     exact_resume_reason: str | None
+    weights: str  # the .pt training starts from ("" when none)
+    trains_from_scratch: bool  # no pretrained weights: random initialisation
     warnings: tuple[str, ...]
     fingerprint: Fingerprint | None
     dataset: DatasetInfo | None = None  # kept for callers (resolved_data()); not in to_dict()
@@ -78,16 +81,17 @@ def analyse(spec: JobSpec, gpu: str | None = None) -> Analysis:
     """Validate the spec, its dataset and model; estimate memory and time; classify the job."""
     target = _gpu(gpu)
     model, print_ = _model(spec)
+    weights = _weights(spec)
     dataset = validate_dataset(spec.data)
-    warnings = list(dataset.warnings) + _model_warnings(model, print_, dataset)
-    amp = _bool_arg(spec, "amp", True)
+    _check_classes(spec, dataset)
+    warnings = list(dataset.warnings) + _model_warnings(model, print_, dataset) + train_args.advice(spec.train_args)
+    amp = amp_enabled(spec.train_args)
     train, val = dataset.images("train"), dataset.images("val")
     memory = estimates.estimate_memory(model.params_m, model.gflops, spec.imgsz, spec.batch, target, amp)
     timing = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, target)
     reference = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, gpus.REFERENCE)
     if not memory.fits:
-        warnings.append(f"batch: {spec.batch} needs about {memory.est_gpu_mem_gb:.1f} GB, more than a "
-                        f"{target.name} offers; at most {memory.max_batch} fits there")
+        warnings.append(_memory_warning(spec, model, memory, target, amp))
     exact = classify.exactness(spec.train_args, spec.batch, train, spec.epochs)
     if exact.reason:
         warnings.append(f"exact_resume: {exact.reason}")
@@ -107,7 +111,7 @@ def analyse(spec: JobSpec, gpu: str | None = None) -> Analysis:
         accumulate=exact.accumulate, batches_per_epoch=exact.batches_per_epoch,
         accumulation_pending_boundaries=len(exact.pending_boundaries),
         exact_resume=exact.exact_resume, exact_resume_reason=exact.reason,
-        warnings=tuple(warnings), fingerprint=print_, dataset=dataset,
+        weights=weights, trains_from_scratch=not weights, warnings=tuple(warnings), fingerprint=print_, dataset=dataset,
     )
 
 
@@ -116,14 +120,14 @@ def _gpu(name: str | None) -> gpus.GpuType:
         return gpus.REFERENCE
     try:
         return gpus.lookup(name)
-    except KeyError:
-        raise SpecError("gpu", f"unknown GPU type {name!r}",
-                        f"use one of: {', '.join(gpus.CATALOG)}") from None
+    except gpus.UnknownGpu as exc:
+        raise SpecError("gpu", f"unknown GPU type {name!r}", exc.hint) from None
 
 
 def _model(spec: JobSpec) -> tuple[ModelInfo, Fingerprint | None]:
     if not spec.model.lower().endswith(".pt"):
         return resolve_model_name(spec.model), None
+    require_weights("model", spec.model)
     print_ = fingerprint(spec.model)
     name = Path(spec.model).name
     check_supported("model", name, print_.family or "unknown", print_.task, "")
@@ -147,8 +151,51 @@ def _model_warnings(model: ModelInfo, print_: Fingerprint | None, dataset: Datas
     return warnings
 
 
-def _bool_arg(spec: JobSpec, key: str, default: bool) -> bool:
-    value = spec.train_args.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(f"train_args.{key}", f"must be true or false, not {value!r}", f"write `{key}: true`")
-    return value
+def amp_enabled(args: dict[str, Any]) -> bool:
+    """Mixed precision on? `amp` is true/false or fp16/bf16/fp32 (checked by train_args)."""
+    value = args.get("amp", True)
+    return value if isinstance(value, bool) else str(value).lower() != "fp32"
+
+
+def require_weights(field: str, path: str) -> None:
+    """A weights file must exist here: nothing is ever downloaded."""
+    if os.path.isfile(path):
+        return
+    name = Path(path).name
+    folder = os.environ.get(WEIGHTS_DIR_ENV)
+    where = f"nor in {WEIGHTS_DIR_ENV}={folder}" if folder else f"and {WEIGHTS_DIR_ENV} is not set"
+    stem = name.removesuffix(".pt")
+    raise ModelError(field, f"checkpoint not found: {path} ({where}); nothing is downloaded, yoloq runs offline",
+                     f"put {name} there or in a folder named by {WEIGHTS_DIR_ENV}, or use {stem}.yaml "
+                     "to train from scratch")
+
+
+def _weights(spec: JobSpec) -> str:
+    """The .pt training starts from: the model checkpoint, else `pretrained: x.pt`, else ""."""
+    if spec.model.lower().endswith(".pt"):
+        return spec.model
+    pretrained = spec.train_args.get("pretrained")
+    if isinstance(pretrained, str):
+        require_weights("train_args.pretrained", pretrained)
+        return pretrained
+    return ""
+
+
+def _check_classes(spec: JobSpec, dataset: DatasetInfo) -> None:
+    wanted = spec.train_args.get("classes")
+    ids = wanted if isinstance(wanted, list) else [] if wanted is None else [wanted]
+    for cls in ids:
+        if cls >= dataset.nc:
+            raise SpecError("train_args.classes", f"class {cls} does not exist (the dataset has {dataset.nc})",
+                            f"use class ids 0-{dataset.nc - 1}")
+
+
+def _memory_warning(spec: JobSpec, model: ModelInfo, memory: estimates.MemoryEstimate, target: gpus.GpuType,
+                    amp: bool) -> str:
+    text = (f"batch: {spec.batch} needs about {memory.est_gpu_mem_gb:.1f} GB, more than a {target.name} offers; "
+            f"at most {memory.max_batch} fits there")
+    anywhere = max(gpus.CATALOG.values(), key=lambda g: g.mem_gb)
+    if estimates.max_batch(model.params_m, model.gflops, spec.imgsz, anywhere, amp) < spec.batch:
+        text += f"; it fits no GPU type yoloq knows (the largest, {anywhere.name}, takes at most " \
+                f"{estimates.max_batch(model.params_m, model.gflops, spec.imgsz, anywhere, amp)})"
+    return text

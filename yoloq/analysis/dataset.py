@@ -12,6 +12,7 @@ which ultralytics turns into boxes) in the `labels/` mirror of `images/`.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from yoloq.analysis.labels import sample, scan_labels
+from yoloq.analysis.strict_yaml import DuplicateKey, load_yaml
 from yoloq.errors import DatasetError
 
 IMG_FORMATS = frozenset({"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif",
@@ -63,10 +65,14 @@ class DatasetInfo:
 def load_data_yaml(path: str | Path) -> dict[str, Any]:
     """Read the data YAML; every problem is a DatasetError naming `data`."""
     path = Path(path)
+    _no_loop("data", path)
     if not path.is_file():
-        raise DatasetError("data", f"dataset YAML not found: {path}", "point `data` at an existing data YAML")
+        raise _data_yaml_missing(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+    except DuplicateKey as exc:
+        raise DatasetError("data", f"{path.name}: key {exc.key!r} given twice (lines {exc.first_line} and "
+                           f"{exc.second_line})", "delete one of them") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -77,6 +83,34 @@ def load_data_yaml(path: str | Path) -> dict[str, Any]:
         raise DatasetError("data", f"{path.name} must be a mapping with path, train, val and names",
                            "see the ultralytics detection dataset format")
     return raw
+
+
+def _data_yaml_missing(path: Path) -> DatasetError:
+    """Not found; for a name ultralytics would download (coco8.yaml), say that yoloq does not."""
+    from yoloq.analysis.ultralytics_cfg import package_root
+
+    if (package_root() / "cfg" / "datasets" / path.name).is_file():
+        return DatasetError("data", f"dataset YAML not found: {path}; {path.name!r} is one of ultralytics' "
+                            "download datasets, and yoloq downloads nothing (it runs offline)",
+                            "download the dataset yourself and point `data` at its data YAML")
+    return DatasetError("data", f"dataset YAML not found: {path}", "point `data` at an existing data YAML")
+
+
+def _no_loop(field_name: str, path: Path) -> None:
+    """A one-line error for a symlink loop (elsewhere it would be a RuntimeError or a hang)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DatasetError(field_name, f"symlink loop at {path}", "fix or remove the link") from None
+
+
+def _resolved(field_name: str, path: Path) -> Path:
+    _no_loop(field_name, path)
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise DatasetError(field_name, f"symlink loop at {path}", "fix or remove the link") from None
 
 
 def check_names(data: dict[str, Any]) -> tuple[str, ...]:
@@ -99,6 +133,7 @@ def check_names(data: dict[str, Any]) -> tuple[str, ...]:
                            "write `names: [cat, dog]`")
     if not names:
         raise DatasetError("data.names", "is empty", "give at least one class name")
+    _check_each_name(names)
     nc = data.get("nc")
     if nc is not None:
         if isinstance(nc, bool) or not isinstance(nc, int):
@@ -109,6 +144,21 @@ def check_names(data: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(n) for n in names)
 
 
+def _check_each_name(names: list[Any]) -> None:
+    """No null or empty names (ultralytics would call the class "None" or ""), no name twice."""
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name is None or isinstance(name, (dict, list)) or not str(name).strip():
+            shown = "null" if name is None else repr(name)
+            raise DatasetError("data.names", f"class {index} has no name ({shown})",
+                               f"give class {index} a name")
+        text = str(name)
+        if text in seen:
+            raise DatasetError("data.names", f"{text!r} is the name of classes {seen[text]} and {index}",
+                               "give every class its own name (merge the classes in the labels if they are one)")
+        seen[text] = index
+
+
 def resolve_root(data: dict[str, Any], yaml_path: Path) -> Path:
     raw = data.get("path")
     if raw is not None and not isinstance(raw, str):
@@ -116,7 +166,7 @@ def resolve_root(data: dict[str, Any], yaml_path: Path) -> Path:
     root = Path(raw).expanduser() if raw else yaml_path.parent
     if not root.is_absolute():
         root = yaml_path.parent / root
-    root = root.resolve()
+    root = _resolved("data.path", root)
     if not root.is_dir():
         raise DatasetError("data.path", f"folder not found: {root}",
                            "set `path` to the dataset folder (relative to the data YAML, or absolute)")
@@ -135,9 +185,9 @@ def resolve_split(data: dict[str, Any], key: str, root: Path) -> list[Path]:
                            f"add `{key}: images/{key}` (relative to `path`)")
     resolved = []
     for entry in entries:
-        target = (root / entry).resolve()
+        target = _resolved(f"data.{key}", root / entry)
         if not target.exists() and entry.startswith("../"):
-            target = (root / entry[3:]).resolve()  # ultralytics' fallback
+            target = _resolved(f"data.{key}", root / entry[3:])  # ultralytics' fallback
         if not target.exists():
             raise DatasetError(f"data.{key}", f"not found: {target}",
                                f"create it, or fix `{key}` (it is relative to {root})")
@@ -150,7 +200,7 @@ def list_images(key: str, sources: list[Path]) -> list[str]:
     found: list[str] = []
     for source in sources:
         if source.is_dir():
-            found += [str(p) for p in source.rglob("*.*") if p.is_file()]
+            found += walk_files(key, str(source))
         else:
             found += _read_list(key, source)
     images = sorted(f for f in found if f.rpartition(".")[-1].lower() in IMG_FORMATS)
@@ -159,6 +209,42 @@ def list_images(key: str, sources: list[Path]) -> list[str]:
         raise DatasetError(f"data.{key}", f"no images in {where}",
                            f"put image files ({', '.join(sorted(('jpg', 'png', 'bmp', 'webp')))}, ...) there")
     return images
+
+
+def walk_files(key: str, top: str) -> list[str]:
+    """Files named `*.*` under `top`, following symlinked folders like ultralytics' recursive glob
+    (hidden names skipped, as glob does); a link leading back to a folder above is an error."""
+    found: list[str] = []
+    pending: list[tuple[str, frozenset[str]]] = [(top, frozenset())]
+    while pending:
+        folder, above = pending.pop()
+        real = os.path.realpath(folder)
+        if real in above:
+            raise DatasetError(f"data.{key}", f"symlink loop: {folder} leads back to {real}",
+                               "remove the link or point it outside the dataset folder")
+        for entry in _scan(key, folder):
+            if entry.name.startswith("."):
+                continue
+            if _is_dir(key, entry):
+                pending.append((entry.path, above | {real}))
+            elif "." in entry.name and entry.is_file():
+                found.append(entry.path)
+    return found
+
+
+def _scan(key: str, folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda e: e.name)
+    except OSError as exc:
+        raise DatasetError(f"data.{key}", f"cannot read folder {folder}: {exc.strerror}",
+                           "make it readable") from None
+
+
+def _is_dir(key: str, entry: os.DirEntry) -> bool:
+    if entry.is_symlink():
+        _no_loop(f"data.{key}", Path(entry.path))
+    return entry.is_dir()
 
 
 def _read_list(key: str, path: Path) -> list[str]:
@@ -184,7 +270,7 @@ def validate_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> Da
         from yoloq.datasets.s3_analysis import validate_s3_dataset
 
         return validate_s3_dataset(str(data_yaml), limit)
-    yaml_path = Path(data_yaml).expanduser().resolve()
+    yaml_path = _resolved("data", Path(data_yaml).expanduser())
     data = load_data_yaml(yaml_path)
     names = check_names(data)
     root = resolve_root(data, yaml_path)

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from yoloq.gpus import GpuType
+from yoloq.spec import MAX_BATCH
 
 # CUDA context, cuDNN/cuBLAS workspaces and allocator slack of a torch training process
 # (typically 0.5-1 GB on current GPUs; not counted by ultralytics' GPU_mem column).
@@ -72,9 +73,13 @@ def peak_memory_gb(params_m: float, gflops: float, imgsz: int, batch: int, amp: 
     return fixed + batch * activation_gb_per_image(gflops, imgsz, amp)
 
 
-def max_batch(params_m: float, gflops: float, imgsz: int, gpu: GpuType, amp: bool = True) -> int:
-    budget = gpu.mem_gb * USABLE_FRACTION - peak_memory_gb(params_m, gflops, imgsz, 0, amp)
-    return max(0, math.floor(budget / activation_gb_per_image(gflops, imgsz, amp)))
+def max_batch(params_m: float, gflops: float, imgsz: int, gpu: GpuType, amp: bool = True,
+              mem_gb: float | None = None) -> int:
+    """Largest batch whose estimate fits USABLE_FRACTION of the GPU (of `mem_gb` when given),
+    never above the spec's own limit MAX_BATCH."""
+    total = gpu.mem_gb if mem_gb is None else mem_gb
+    budget = total * USABLE_FRACTION - peak_memory_gb(params_m, gflops, imgsz, 0, amp)
+    return min(MAX_BATCH, max(0, math.floor(budget / activation_gb_per_image(gflops, imgsz, amp))))
 
 
 def estimate_memory(params_m: float, gflops: float, imgsz: int, batch: int, gpu: GpuType,

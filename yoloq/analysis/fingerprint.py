@@ -7,6 +7,13 @@ ultralytics would build and a placeholder for every tensor storage, so the
 header (epoch, optimizer present, train args, model YAML, names) is readable in
 milliseconds. Stubs also mean that no code from the file runs: only a short
 allow-list of harmless globals resolves to the real thing.
+
+The same header tells the model family, and so the engine that trains it:
+ultralytics checkpoints (a model class from `ultralytics.*`), original YOLOv5
+ones (a `models.yolo` class from the yolov5 repository or pip package, whose
+config has `anchors:`), and the refused families: RT-DETR, YOLOE and YOLO-World
+(by ultralytics model class) and YOLO-NAS (a pickled super-gradients model, or a
+super-gradients training checkpoint with its `net` state).
 """
 
 from __future__ import annotations
@@ -17,7 +24,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq.analysis.models import VERSIONS, parse_model_name, task_of_yaml
+from yoloq.analysis.models import (
+    VERSIONS,
+    YOLOV5,
+    engine_for,
+    is_yolov5_cfg,
+    parse_model_name,
+    refuse_family,
+    refused_family_of_name,
+    task_of_yaml,
+    yolov5_scale,
+    yolov5_task,
+)
 from yoloq.errors import ModelError
 
 _SAFE_GLOBALS = {
@@ -30,6 +48,9 @@ _SAFE_GLOBALS = {
 _MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
                 "OBBModel": "obb", "ClassificationModel": "classify", "RTDETRDetectionModel": "rtdetr",
                 "WorldModel": "world", "YOLOEModel": "yoloe", "YOLOESegModel": "yoloe-segment"}
+# ultralytics model classes of the refused families (models.REFUSED_FAMILIES holds the reasons).
+_CLASS_FAMILIES = {"RTDETRDetectionModel": "rtdetr", "WorldModel": "yolo-world", "YOLOEModel": "yoloe",
+                   "YOLOESegModel": "yoloe"}
 
 
 class Stub:
@@ -98,55 +119,79 @@ class Fingerprint:
     epochs_done: int
     epochs_planned: int
     imgsz: int | None
-    ultralytics_version: str
+    ultralytics_version: str  # "" for original YOLOv5 checkpoints (see engine_version)
     date: str
     model_class: str
+    engine_version: str = ""  # the version of the package that wrote it (ultralytics or yolov5)
 
     @property
     def kind(self) -> str:
         return "resumable" if self.resumable else "final"
 
+    @property
+    def engine(self) -> str:
+        """The engine that trains this family: "ultralytics" or "yolov5"."""
+        return engine_for(self.family)
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "names": list(self.names), "kind": self.kind}
+        return {**asdict(self), "names": list(self.names), "kind": self.kind, "engine": self.engine}
 
 
 def read_header(path: str | Path, field: str = "model") -> dict[str, Any]:
     """Unpickle `*/data.pkl` of a torch zip checkpoint with stubs; raise ModelError if not one."""
+    header = _load_header(path, field)
+    refuse_family(field, str(path), _foreign_family(header))
+    if not isinstance(header, dict) or not ({"model", "ema"} & header.keys()):
+        raise ModelError(field, f"{Path(path).name} is not a YOLO checkpoint (no model in it)",
+                         "give a .pt written by ultralytics or yolov5 training")
+    return header
+
+
+def _load_header(path: str | Path, field: str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ModelError(field, f"checkpoint not found: {path}", "give the path to an existing .pt file")
     if not zipfile.is_zipfile(path):
         raise ModelError(field, f"{path.name} is not a torch zip checkpoint",
-                         "give a .pt written by ultralytics (torch.save zip format)")
+                         "give a .pt written by ultralytics or yolov5 (torch.save zip format)")
     try:
         with zipfile.ZipFile(path) as archive:
             member = next((n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
             if member is None:
                 raise ModelError(field, f"{path.name} has no data.pkl inside",
-                                 "give a .pt written by ultralytics")
-            header = _HeaderUnpickler(archive.open(member)).load()
+                                 "give a .pt written by ultralytics or yolov5")
+            return _HeaderUnpickler(archive.open(member)).load()
     except ModelError:
         raise
     except Exception as exc:  # corrupt zip or pickle: one line, no traceback
         raise ModelError(field, f"{path.name} could not be read ({type(exc).__name__}: {exc})",
-                         "give an intact .pt written by ultralytics") from None
-    if not isinstance(header, dict) or not ({"model", "ema"} & header.keys()):
-        raise ModelError(field, f"{path.name} is not an ultralytics YOLO checkpoint (no model in it)",
-                         "give a .pt written by ultralytics training")
-    return header
+                         "give an intact .pt written by ultralytics or yolov5") from None
+
+
+def _foreign_family(header: Any) -> str:
+    """"yolo-nas" for super-gradients files (a pickled model, or a training checkpoint), else ""."""
+    if isinstance(header, Stub) and header._module.startswith("super_gradients"):
+        return "yolo-nas"
+    if isinstance(header, dict) and "net" in header and not ({"model", "ema"} & header.keys()):
+        return "yolo-nas"  # super-gradients' Trainer saves {"net": state_dict, "ema_net", ...}
+    return ""
 
 
 def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
     """Fingerprint a checkpoint: family, scale, task, classes, resumable or final, epochs."""
     header = read_header(path, field)
     model = header.get("ema") or header.get("model")
+    if isinstance(model, Stub) and is_yolov5_cfg(_as_dict(getattr(model, "yaml", None))) \
+            and not model._module.startswith("ultralytics."):
+        return _yolov5_fingerprint(path, header, model)
     if not isinstance(model, Stub) or not model._module.startswith("ultralytics."):
         raise ModelError(field, f"{Path(path).name} holds no model object",
-                         "give a .pt written by ultralytics training")
+                         "give a .pt written by ultralytics or yolov5 training")
     train_args = _as_dict(header.get("train_args"))
     cfg = _as_dict(getattr(model, "yaml", None))
     model_yaml = str(cfg.get("yaml_file") or train_args.get("model") or "")
     family, scale, _variant = parse_model_name(model_yaml) or ("", "", "")
+    family = _CLASS_FAMILIES.get(type(model).__name__) or refused_family_of_name(model_yaml) or family
     scale = str(cfg.get("scale") or scale)
     names = _names(getattr(model, "names", None))
     epoch = int(header.get("epoch", -1) if header.get("epoch") is not None else -1)
@@ -159,7 +204,27 @@ def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
         epochs_done=_epochs_done(header, epoch, resumable), epochs_planned=int(train_args.get("epochs") or 0),
         imgsz=_int_or_none(train_args.get("imgsz")),
         ultralytics_version=str(header.get("version") or ""), date=str(header.get("date") or ""),
-        model_class=type(model).__name__,
+        model_class=type(model).__name__, engine_version=str(header.get("version") or ""),
+    )
+
+
+def _yolov5_fingerprint(path: str | Path, header: dict[str, Any], model: Stub) -> Fingerprint:
+    """An original YOLOv5 checkpoint: yolov5's `opt` holds the train arguments."""
+    cfg = _as_dict(getattr(model, "yaml", None))
+    opt = _as_dict(header.get("opt"))
+    names = _names(getattr(model, "names", None))
+    epoch = int(header.get("epoch") if header.get("epoch") is not None else -1)
+    resumable = header.get("optimizer") is not None and epoch >= 0
+    model_yaml = str(getattr(model, "yaml_file", "") or opt.get("cfg") or "")
+    imgsz = opt.get("imgsz")
+    return Fingerprint(
+        path=str(Path(path).resolve()), family=YOLOV5, version=VERSIONS[YOLOV5], scale=yolov5_scale(cfg),
+        task=yolov5_task(cfg), nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
+        model_yaml=Path(model_yaml).name, resumable=resumable, epoch=epoch,
+        epochs_done=_epochs_done(header, epoch, resumable), epochs_planned=int(opt.get("epochs") or 0),
+        imgsz=_int_or_none(imgsz[0] if isinstance(imgsz, (list, tuple)) and imgsz else imgsz),
+        ultralytics_version="", date=str(header.get("date") or ""), model_class=type(model).__name__,
+        engine_version=str(header.get("yolov5pip_version") or _as_dict(header.get("git")).get("commit") or ""),
     )
 
 
@@ -200,7 +265,7 @@ def _epochs_done(header: dict[str, Any], epoch: int, resumable: bool) -> int:
 
 
 def _version(family: str) -> str:
-    return VERSIONS.get(family, family.removeprefix("yolo"))
+    return VERSIONS.get(family, family.removeprefix("yolo").lstrip("-"))
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -5,6 +5,12 @@ ultralytics package (`ultralytics/cfg/models/**.yaml`), found with
 `importlib.util.find_spec` so ultralytics (and torch) is never imported. Name
 resolution follows ultralytics' own `yaml_model_load`: `yolov8n.yaml` is
 `yolov8.yaml` at scale `n`; `yolov5nu.yaml` is `yolov5n.yaml`.
+
+Each family is bound to the engine that trains it (`engine_for`): ultralytics'
+families to the ultralytics engine; original YOLOv5 (a YAML file in the
+ultralytics/yolov5 repository format, recognised by its `anchors:`) to the
+`yolov5` engine. Families no engine can train here are recognised by name and
+refused with the reason (`REFUSED_FAMILIES`).
 """
 
 from __future__ import annotations
@@ -35,10 +41,41 @@ MODEL_SIZES: dict[str, dict[str, tuple[float, float]]] = {
     "yolo12": {"n": (2.60, 6.7), "s": (9.28, 21.7), "m": (20.20, 68.1), "l": (26.45, 89.7), "x": (59.21, 200.3)},
     "yolo26": {"n": (2.57, 6.1), "s": (10.01, 22.8), "m": (21.90, 75.4), "l": (26.30, 93.8), "x": (58.99, 209.5)},
 }
+# Original YOLOv5 v7.0 (anchor-based): the README table of github.com/ultralytics/yolov5.
+MODEL_SIZES["yolov5"] = {"n": (1.9, 4.5), "s": (7.2, 16.5), "m": (21.2, 49.0), "l": (46.5, 109.1),
+                         "x": (86.7, 205.7)}
 SUPPORTED_FAMILIES = tuple(MODEL_SIZES)
 # ultralytics' own short names for the families (as in its docs and model YAML folders).
 VERSIONS = {"yolov5u": "v5u", "yolov8": "v8", "yolov9": "v9", "yolov10": "v10",
-            "yolo11": "11", "yolo12": "12", "yolo26": "26"}
+            "yolo11": "11", "yolo12": "12", "yolo26": "26", "yolov5": "v5"}
+ULTRALYTICS, YOLOV5 = "ultralytics", "yolov5"
+ENGINES = {**{family: ULTRALYTICS for family in MODEL_SIZES}, "yolov5": YOLOV5}
+# Recognised, never trained: the reason is the refusal line.
+REFUSED_FAMILIES = {
+    "yolo-nas": "YOLO-NAS is trained by super-gradients; ultralytics ships no trainer for it "
+                "(NAS models predict and validate only), so no yoloq engine can train it",
+    "rtdetr": "RT-DETR is a transformer detector with its own trainer and loss; its deformable "
+              "attention (grid_sample) has no deterministic CUDA backward, so a resumed segment "
+              "cannot continue exactly, and yoloq's exact-resume trainer does not cover it",
+    "yoloe": "YOLOE is an open-vocabulary model: training needs text or visual prompt embeddings "
+             "from a MobileCLIP model that ultralytics downloads at train time; yoloq trains offline",
+    "yolo-world": "YOLO-World is an open-vocabulary model: training needs CLIP text embeddings from "
+                  "a model that ultralytics downloads at train time; yoloq trains offline",
+}
+# Tasks the engines do not train (see docs/sections/35-model-families.md).
+UNTRAINED_TASKS = {
+    "segment": "segmentation", "pose": "pose", "obb": "oriented-box (OBB)", "classify": "classification",
+    "semantic": "semantic segmentation", "depth": "depth",
+}
+_REFUSED_NAMES = (  # (pattern on the file name, family); checked before the YOLO name grammar
+    (re.compile(r"^yolo[-_]?nas"), "yolo-nas"),
+    (re.compile(r"^rt-?detr"), "rtdetr"),
+    (re.compile(r"^yoloe"), "yoloe"),
+    (re.compile(r"^yolo(v8|v\d+|\d+)?[a-z]?-world"), "yolo-world"),
+)
+# YOLOv5 scales by (depth_multiple, width_multiple), as in the yolov5 repository's models/*.yaml.
+_V5_SCALES = {(0.33, 0.25): "n", (0.33, 0.5): "s", (0.67, 0.75): "m", (1.0, 1.0): "l", (1.33, 1.25): "x"}
+_V5_KEYS = ("nc", "depth_multiple", "width_multiple", "anchors", "backbone", "head")
 _DETECT_HEADS = {"detect", "v10detect"}
 _NAME = re.compile(r"^yolo(?P<v>v?)(?P<num>\d+)(?P<scale>[nsmlxtcbe])?(?P<p6>6)?(?P<u>u)?"
                    r"(?P<variant>-[a-z0-9-]+)?$")
@@ -49,7 +86,7 @@ class ModelInfo:
     """What a model name (or a checkpoint's model YAML name) stands for."""
 
     name: str
-    family: str  # yolov8, yolo11, yolov5u, ...
+    family: str  # yolov8, yolo11, yolov5u (ultralytics), yolov5 (original, anchor-based), ...
     version: str  # v8, 11, v5u, ... (ultralytics' short name)
     scale: str  # n, s, m, l, x (t, c, e for v9; b for v10)
     task: str  # detect, segment, pose, obb, classify, ...
@@ -57,6 +94,10 @@ class ModelInfo:
     params_m: float
     gflops: float
     yaml_path: str  # the shipped YAML this name resolves to ("" when unknown)
+
+    @property
+    def engine(self) -> str:
+        return engine_for(self.family)
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,16 +142,24 @@ def task_of_yaml(cfg: dict[str, Any]) -> str:
 
 
 def resolve_model_name(name: str, field: str = "model") -> ModelInfo:
-    """Check a model YAML name against the shipped YAMLs; raise ModelError when unusable."""
+    """Check a model YAML name against the shipped YAMLs; raise ModelError when unusable.
+
+    A path to an existing YAML in the yolov5 repository format (with `anchors:`) is
+    original YOLOv5; every other name resolves among ultralytics' shipped YAMLs.
+    """
     if not name.lower().endswith((".yaml", ".yml")):
         raise ModelError(field, f"{name!r} is neither a model YAML name nor a .pt file",
                          "use a name like yolov8n.yaml or yolo11s.yaml, or the path to a .pt checkpoint")
+    refuse_family(field, name, refused_family_of_name(name))
+    v5 = yolov5_yaml(name, field)
+    if v5 is not None:
+        return v5
     parsed = parse_model_name(name)
     path = _find_yaml(name, parsed)
     if parsed is None or path is None:
         raise ModelError(field, f"unknown model YAML {name!r}",
-                         f"use a shipped model such as yolov8n.yaml or yolo11s.yaml; families: "
-                         f"{', '.join(SUPPORTED_FAMILIES)}")
+                         f"use a shipped model such as yolov8n.yaml or yolo11s.yaml, or the path to an "
+                         f"original YOLOv5 YAML; families: {', '.join(SUPPORTED_FAMILIES)}")
     family, scale, variant = parsed
     cfg = _read_model_yaml(path)
     scale = _check_scale(name, field, scale, cfg)
@@ -119,6 +168,79 @@ def resolve_model_name(name: str, field: str = "model") -> ModelInfo:
     params_m, gflops = model_size(family, scale)
     return ModelInfo(name=Path(name).name, family=family, version=VERSIONS[family], scale=scale, task=task,
                      variant=variant, params_m=params_m, gflops=gflops, yaml_path=str(path))
+
+
+def engine_for(family: str) -> str:
+    """The engine that trains a family: "ultralytics" or "yolov5"."""
+    return ENGINES.get(family, ULTRALYTICS)
+
+
+def refused_family_of_name(name: str) -> str:
+    """"yolo-nas", "rtdetr", "yoloe" or "yolo-world" when the file name says so, else ""."""
+    stem = Path(name).name.lower()
+    return next((family for pattern, family in _REFUSED_NAMES if pattern.match(stem)), "")
+
+
+def refuse_family(field: str, name: str, family: str) -> None:
+    """Raise the refusal of a recognised family no engine trains (no-op for "")."""
+    if family in REFUSED_FAMILIES:
+        raise ModelError(field, f"{Path(name).name!r} is a {family} model, not trained here: "
+                         f"{REFUSED_FAMILIES[family]}",
+                         "train a YOLO detect model (e.g. yolo11n.yaml, or an original YOLOv5 YAML)")
+
+
+def is_yolov5_cfg(cfg: Any) -> bool:
+    """The ultralytics/yolov5 repository's model format: anchors at the top level."""
+    return isinstance(cfg, dict) and "anchors" in cfg and "backbone" in cfg and "head" in cfg
+
+
+def yolov5_yaml(name: str, field: str = "model") -> ModelInfo | None:
+    """ModelInfo for a YAML file in the original YOLOv5 format; None for any other name."""
+    path = Path(name).expanduser()
+    if not path.is_file():
+        return None
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ModelError(field, f"cannot read model YAML {path}: {type(exc).__name__}",
+                         "give a readable YAML model file") from None
+    if not isinstance(cfg, dict) or "anchors" not in cfg:
+        return None  # ultralytics format: resolved by name as before
+    missing = [key for key in _V5_KEYS if key not in cfg]
+    if missing:
+        raise ModelError(field, f"{path.name} has `anchors:` (YOLOv5 format) but no {', '.join(missing)}",
+                         "give a complete YOLOv5 model YAML such as the yolov5 package's models/yolov5s.yaml")
+    return yolov5_info(path.name, cfg, field, yaml_path=str(path.resolve()))
+
+
+def yolov5_info(name: str, cfg: dict[str, Any], field: str = "model", yaml_path: str = "") -> ModelInfo:
+    """ModelInfo for an original YOLOv5 model config (from a YAML file or a checkpoint header)."""
+    task = yolov5_task(cfg)
+    check_supported(field, name, YOLOV5, task, "")
+    scale = yolov5_scale(cfg)
+    variant = ("-p6" if len(cfg.get("anchors") or ()) == 4 else "")
+    params_m, gflops = model_size(YOLOV5, scale)
+    return ModelInfo(name=Path(name).name, family=YOLOV5, version=VERSIONS[YOLOV5], scale=scale, task=task,
+                     variant=variant, params_m=params_m, gflops=gflops, yaml_path=yaml_path)
+
+
+def yolov5_task(cfg: dict[str, Any]) -> str:
+    """The yolov5 head module: Detect, Segment (yolov5-seg) or Classify."""
+    try:
+        module = str(cfg["head"][-1][2]).lower()
+    except (KeyError, IndexError, TypeError):
+        return "unknown"
+    return {"detect": "detect", "segment": "segment", "classify": "classify"}.get(module, "unknown")
+
+
+def yolov5_scale(cfg: dict[str, Any]) -> str:
+    """n/s/m/l/x from the depth and width multiples; the nearest width for custom multiples."""
+    try:
+        depth, width = float(cfg["depth_multiple"]), float(cfg["width_multiple"])
+    except (KeyError, TypeError, ValueError):
+        return "s"
+    exact = _V5_SCALES.get((round(depth, 2), round(width, 2)))
+    return exact or min(_V5_SCALES.items(), key=lambda kv: abs(kv[0][1] - width))[1]
 
 
 def _find_yaml(name: str, parsed: tuple[str, str, str] | None) -> Path | None:
@@ -141,9 +263,12 @@ def _check_scale(name: str, field: str, scale: str, cfg: dict[str, Any]) -> str:
 
 
 def check_supported(field: str, name: str, family: str, task: str, head: str) -> None:
-    """Raise ModelError unless this is a detect model of a family yoloq can estimate."""
+    """Raise ModelError unless this is a detect model of a family yoloq can train and estimate."""
+    refuse_family(field, name, family)
     if task != "detect":
-        raise ModelError(field, f"{name!r} is a {task} model; yoloq trains detect models only",
+        label = UNTRAINED_TASKS.get(task, task)
+        raise ModelError(field, f"{name!r} is a {label} model; yoloq's engines train detection models only "
+                         "(segment, pose and OBB are refused: see the README, Model families)",
                          "use a detect model such as yolov8n.yaml or yolo11n.yaml")
     if family not in MODEL_SIZES:
         raise ModelError(field, f"{name!r} is a {family} model, which yoloq does not support",
