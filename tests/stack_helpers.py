@@ -43,10 +43,12 @@ def wait_final(job_id: str, timeout_s: float = 900, cli=None) -> dict:
 
 
 def segment_pid(flow_run_id) -> int:
-    """The PID of a running segment (the worker records it under the state folder)."""
-    from yoloq.paths import state_paths
+    """The PID of a running segment (its node agent records it under the state folder)."""
+    from work_pools.processes import recorded_pid
 
-    return int((state_paths().pids / "segments" / f"{flow_run_id}.pid").read_text())
+    pid = recorded_pid(flow_run_id)
+    assert pid is not None, f"no PID recorded for segment {flow_run_id}"
+    return pid
 
 
 def freeze(flow_run_id) -> int:

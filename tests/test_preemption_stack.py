@@ -22,14 +22,14 @@ def wait_running(job_id: str, timeout_s: float = 300):
     """The id of the job's segment once its process is training."""
     from prefect.client.orchestration import get_client
 
+    from work_pools.processes import recorded_pid
     from yoloq.jobs import segments_of
-    from yoloq.paths import state_paths
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with get_client(sync_client=True) as client:
             running = [s for s in segments_of(client, job_id) if s.state and s.state.is_running()]
-        if running and (state_paths().pids / "segments" / f"{running[0].id}.pid").exists():
+        if running and recorded_pid(running[0].id) is not None:
             return running[0].id
         time.sleep(0.5)
     raise AssertionError(f"{job_id} never started")

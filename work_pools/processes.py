@@ -1,7 +1,8 @@
 """Segment processes: start in their own session, kill the whole group, remember PIDs.
 
-PID files under `<state>/pids/segments/` let a restarted worker (or `yoloq down`)
-find segments a crashed worker left behind.
+PID files under `<state>/pids/segments/<node>/` let a restarted node agent (or
+`yoloq down`) find segments a crashed agent of the same node left behind; agents of
+other nodes sharing the state folder (several agents on one test host) never touch them.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import anyio.abc
 from yoloq.paths import state_paths
 
 
-def _pid_dir() -> Path:
-    path = state_paths().pids / "segments"
+def _pid_dir(node: str) -> Path:
+    path = state_paths().pids / "segments" / node
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -70,19 +71,29 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def record_pid(flow_run_id: UUID, pid: int) -> None:
-    (_pid_dir() / f"{flow_run_id}.pid").write_text(str(pid))
+def record_pid(flow_run_id: UUID, pid: int, node: str) -> None:
+    (_pid_dir(node) / f"{flow_run_id}.pid").write_text(str(pid))
 
 
-def forget_pid(flow_run_id: UUID) -> None:
-    (_pid_dir() / f"{flow_run_id}.pid").unlink(missing_ok=True)
+def forget_pid(flow_run_id: UUID, node: str) -> None:
+    (_pid_dir(node) / f"{flow_run_id}.pid").unlink(missing_ok=True)
 
 
-def leftover_pids() -> list[tuple[UUID, int]]:
+def leftover_pids(node: str) -> list[tuple[UUID, int]]:
     found = []
-    for path in _pid_dir().glob("*.pid"):
+    for path in _pid_dir(node).glob("*.pid"):
         try:
             found.append((UUID(path.stem), int(path.read_text().strip())))
         except ValueError:
             path.unlink(missing_ok=True)
     return found
+
+
+def recorded_pid(flow_run_id: UUID) -> int | None:
+    """The PID recorded for a segment on any node of this state folder (tests, `yoloq down`)."""
+    for path in (state_paths().pids / "segments").glob(f"*/{flow_run_id}.pid"):
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+    return None

@@ -1,4 +1,4 @@
-"""Run the `yolo-gpu` worker for `yoloq up`, exiting promptly on SIGTERM.
+"""Run the `yolo-gpu` node agent (`yoloq up`, `yoloq node`), exiting promptly on SIGTERM.
 
 The stock `prefect worker start` can take tens of seconds to exit on SIGTERM; here
 SIGTERM cancels the worker, whose teardown stops its segments and marks them
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 
 from yoloq import offline
 
 offline.apply()
 
+from work_pools.nodes import default_node_name, validate_node_name  # noqa: E402
 from work_pools.worker import YoloGpuWorker  # noqa: E402
 from yoloq.settings import GPU_POOL  # noqa: E402
 
@@ -24,7 +26,9 @@ async def serve(pool: str, name: str | None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    worker = YoloGpuWorker(work_pool_name=pool, name=name)
+    if name:  # the node's name is the worker's name
+        os.environ["YOLOQ_NODE_NAME"] = validate_node_name(name)
+    worker = YoloGpuWorker(work_pool_name=pool, name=name or default_node_name())
     try:
         await worker.start()
     except asyncio.CancelledError:

@@ -1,9 +1,14 @@
-"""The `yolo-gpu` worker: grants GPU slots by policy and preempts at epoch boundaries.
+"""The `yolo-gpu` worker: the node agent of one GPU host, and the pool's scheduler when
+it holds the lease.
 
-Each poll it builds a snapshot (GPU inventory, running and pending segments),
-asks the pure policy for a Decision, starts admitted segments as processes with
-`CUDA_VISIBLE_DEVICES`, and labels victims so they stop at their next epoch
-boundary. A GPU is released only after its segment's process has exited.
+Every poll a node agent (1) publishes its GPU inventory, a heartbeat and the runs
+whose processes are alive (`work_pools.nodes`); (2) if it holds the pool's scheduler
+lease (`work_pools.lease`), decides for every node of the pool
+(`work_pools.pool_scheduler`) and publishes the one queue board; (3) starts the
+segments the scheduler assigned to this node, on the GPUs assigned, as processes with
+`CUDA_VISIBLE_DEVICES`; (4) kills its own victims that overstayed their grace and its
+own runs that someone else marked Crashed. A GPU is released only after its
+segment's process has exited.
 """
 
 from __future__ import annotations
@@ -25,15 +30,17 @@ from prefect.workers.base import (
     BaseWorkerResult,
 )
 
-from work_pools import processes
+from work_pools import nodes, processes
 from work_pools.inventory import GpuInfo, inventory
-from work_pools.ledger import UsageKeeper
-from work_pools.scheduling import WorkerPolicy, schedule
+from work_pools.lease import SchedulerLease, lease_seconds
+from work_pools.pool_scheduler import BATCH_LABEL, PassResult, PoolScheduler, assignment
+from work_pools.scheduling import WorkerPolicy, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
 POLICY_REFRESH_S = 30.0
+ORPHAN_CHECK_S = 5.0  # how often a node looks for its runs that have no live process
 
 
 class YoloGpuJobConfiguration(BaseJobConfiguration):
@@ -63,82 +70,116 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     type = "yolo-gpu"
     job_configuration = YoloGpuJobConfiguration
     job_configuration_variables = YoloGpuVariables
-    _description = ("Runs YOLO training segments on this host's GPUs, granting slots by "
-                    "priority, fair share and memory, and preempting lower tiers at epoch "
-                    "boundaries.")
+    _description = ("A node agent for one GPU host: runs the YOLO training segments the pool's "
+                    "scheduler assigns to it and stops its own victims at epoch boundaries; "
+                    "whichever agent holds the scheduler lease decides for the whole pool.")
     _display_name = "YOLO GPU"
     _documentation_url = "https://github.com/yoloq/yoloq#the-yolo-gpu-worker"
     _logo_url = "https://raw.githubusercontent.com/PrefectHQ/prefect/main/docs/images/logos/prefect-logo-mark.svg"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.node_name = nodes.default_node_name()
         self._gpus: list[GpuInfo] = []
         self._policy = WorkerPolicy.from_env()
-        self._ledger = UsageKeeper(self._policy.policy)
         self._policy_read_at = time.time()
-        self._reserved: dict[UUID, tuple[int, ...]] = {}   # admitted, until the process exits
+        self._lease = SchedulerLease(pool=self._work_pool_name, holder=self.node_name,
+                                     duration_s=lease_seconds())
+        self._scheduler = PoolScheduler(self._work_pool_name)
+        self._reserved: dict[UUID, tuple[int, ...]] = {}   # local GPUs, until the process exits
         self._views: dict[UUID, SegmentView] = {}
         self._started_at: dict[UUID, float] = {}
         self._pids: dict[UUID, int] = {}
-        self._asked: dict[UUID, float] = {}                  # victim -> when it was asked to stop
+        self._asked: dict[UUID, float] = {}                  # own victim -> when it was asked
         self._cancelling: dict[UUID, float] = {}             # cancelled by a user -> first seen
         self._batches: dict[UUID, int] = {}                  # admitted with a reduced batch
+        self._orphans_checked_at = 0.0
         self._stopping = False
+        self.last_pass: PassResult | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._lease.lease_id is not None
 
     async def setup(self) -> None:
         await super().setup()
         self._gpus = inventory()
         kinds = {g.kind for g in self._gpus}
-        self._logger.info("GPU inventory (%s): %s", "/".join(sorted(kinds)),
+        self._logger.info("node %s, GPU inventory (%s): %s", self.node_name, "/".join(sorted(kinds)),
                           ", ".join(f"{g.index}:{g.name} {g.mem_total_gb:.0f}GB" for g in self._gpus))
         await self._fail_leftovers()
+        await self._heartbeat()
 
     async def teardown(self, *exc_info: Any) -> None:
         self._stopping = True
-        await self._stop_all_segments("worker shutting down")
+        await self._stop_all_segments("node agent shutting down")
+        try:
+            await self._lease.release(self.client)
+            await nodes.remove(self.client, self.node_name)
+        except Exception as exc:
+            self._logger.warning("could not leave the pool cleanly: %s", exc)
         await super().teardown(*exc_info)
 
-    # -- scheduling --------------------------------------------------------------
+    # -- one poll ----------------------------------------------------------------
 
     async def _submit_scheduled_flow_runs(self, flow_run_response: list[Any]) -> list[Any]:
-        """Replace Prefect's first-come submission with the policy's decision."""
+        """Replace Prefect's first-come submission: heartbeat, decide if leader, start ours."""
         if self._stopping:
             return []
         try:
-            return await self._schedule_once(flow_run_response)
+            return await self._poll_once(flow_run_response)
         except Exception:  # a service loop logs a failure and keeps going
-            self._logger.exception("scheduling pass failed; retrying at the next poll")
+            self._logger.exception("node pass failed; retrying at the next poll")
             return []
 
-    async def _schedule_once(self, flow_run_response: list[Any]) -> list[Any]:
-        pending = {r.flow_run.id: r.flow_run for r in flow_run_response
-                   if r.flow_run.id not in self._reserved}
-        await self._refresh_running_labels()
+    async def _poll_once(self, flow_run_response: list[Any]) -> list[Any]:
         now = time.time()
+        await self._refresh_own_runs()
+        await self._heartbeat()
         await self._reload_policy(now)
-        ledger = self._ledger.charge_running(self._running_views(), self._reserved,
-                                             self._started_at, self._gpus, now)
-        decision = schedule(self._gpus, self._running_views(),
-                            [segment_view(f) for f in pending.values()], self._reserved,
-                            self._started_at, now, self._policy, asked=set(self._asked),
-                            ledger=ledger)
-        for victim in decision.preempt:
-            await self._ask_to_stop(victim.flow_run_id, victim.by_job, victim.reason)
-        await self._enforce_grace(now)
-        await self._enforce_cancellations(now)
-        started = []
-        for admit in decision.admit:
-            flow_run = pending[admit.flow_run_id]
-            self._reserved[flow_run.id] = admit.gpus
-            if admit.batch:
-                self._batches[flow_run.id] = admit.batch
-            self._views[flow_run.id] = segment_view(flow_run)
-            self.get_flow_run_logger(flow_run).info("admitted on GPU %s: %s", admit.gpus, admit.reason)
-            self._runs_task_group.start_soon(self._start_segment, flow_run)
-            started.append(flow_run)
-        self._notify_quota_breaches(decision, now)
-        await self._publish_board(decision, now)
+        if await self._lease.hold(self.client):
+            await self._lead(now)
+        started = await self._start_assigned(flow_run_response)
+        await self._enforce_grace(time.time())
+        await self._enforce_cancellations(time.time())
+        await self._mark_orphans(time.time())
         return started
+
+    async def _lead(self, now: float) -> None:
+        """Decide for the whole pool (only the lease holder gets here)."""
+        records = await nodes.read_nodes(self.client)
+        result = await self._scheduler.run_pass(self.client, records, self._policy, now)
+        self.last_pass = result
+        for run_id, (node, gpus) in result.assigned.items():
+            self._logger.info("scheduler: %s -> node %s GPU %s", run_id, node, gpus)
+        for run_id in result.drained:
+            self._logger.warning("scheduler: drained %s from a lost node", run_id)
+        if result.decision is not None:
+            await self._notify_quota_breaches(result.decision, now)
+            await self._publish_board(result, now)
+
+    async def _start_assigned(self, flow_run_response: list[Any]) -> list[Any]:
+        """Start the scheduled runs the scheduler assigned to this node (labels on the run)."""
+        started = []
+        for entry in flow_run_response:
+            run = entry.flow_run
+            where = assignment(run)
+            if where is None or where[0] != self.node_name or run.id in self._reserved:
+                continue
+            self._reserved[run.id] = where[1]
+            batch = (run.labels or {}).get(BATCH_LABEL)
+            if batch:
+                self._batches[run.id] = int(batch)
+            self._views[run.id] = segment_view(run)
+            self.get_flow_run_logger(run).info("starting on node %s GPU %s: %s", self.node_name,
+                                               where[1], (run.labels or {}).get("yoloq.admit_reason", ""))
+            self._runs_task_group.start_soon(self._start_segment, run)
+            started.append(run)
+        return started
+
+    async def _heartbeat(self) -> None:
+        record = nodes.make_record(self.node_name, self._gpus, [str(i) for i in self._pids])
+        await nodes.publish(self.client, record)
 
     async def _reload_policy(self, now: float) -> None:
         """Re-read the policy block now and then, so quota and weight changes apply live."""
@@ -149,9 +190,9 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         if policy != self._policy:
             self._logger.info("scheduling policy changed (%s)", policy.source)
             self._policy = policy
-            self._ledger.policy = policy.policy
 
     def _running_views(self) -> list[SegmentView]:
+        """Segments running on this node."""
         return [self._views[i] for i in self._reserved if i in self._views]
 
     async def _start_segment(self, flow_run: Any) -> None:
@@ -167,16 +208,25 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             if flow_run.id not in self._pids:  # never started (e.g. cancelled meanwhile)
                 self._release(flow_run.id)
 
-    async def _refresh_running_labels(self) -> None:
-        """Read live progress labels of running segments (epoch, last checkpoint)."""
+    async def _refresh_own_runs(self) -> None:
+        """Read the runs on this node: progress labels, preemption requests, cancels, and
+        whether someone else marked a run Crashed (a drain): then its process must go."""
         ids = [i for i in self._reserved if i in self._views]
         if not ids:
             return
         runs = await self.client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids)))
         for run in runs:
             self._views[run.id] = segment_view(run)
+            labels = run.labels or {}
+            if labels.get(PREEMPT_LABEL) == "requested" and run.id not in self._asked:
+                self._asked[run.id] = float(labels.get("yoloq.preempt_asked_at") or time.time())
+                self._logger.info("preemption requested for %s: %s", run.name,
+                                  labels.get("yoloq.preempt_reason", ""))
             if run.state and run.state.is_cancelling():
                 self._cancelling.setdefault(run.id, time.time())
+            if run.state and run.state.is_crashed() and run.id in self._pids:
+                self._logger.warning("%s was marked crashed elsewhere; stopping its process", run.name)
+                await anyio.to_thread.run_sync(processes.kill_group, self._pids[run.id], 3.0)
 
     async def _enforce_cancellations(self, now: float) -> None:
         """A cancelled segment stops at its next epoch boundary by itself; past its grace it is
@@ -186,45 +236,53 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             if pid is None or view is None:
                 self._cancelling.pop(flow_run_id, None)
                 continue
-            if now - since > self._policy.grace_for(view.est_epoch_s):
+            if now - since > self._grace(flow_run_id, view):
                 self._logger.info("%s cancelled and past its grace; killing it", view.name)
                 await anyio.to_thread.run_sync(processes.kill_group, pid, 3.0)
                 await self._set_state(flow_run_id, "cancelled", "cancelled by user (killed after grace)")
 
-    async def _ask_to_stop(self, flow_run_id: UUID, by_job: str, reason: str) -> None:
-        if flow_run_id in self._asked:
-            return
-        self._asked[flow_run_id] = time.time()
-        await self.client.update_flow_run_labels(flow_run_id, {
-            PREEMPT_LABEL: "requested", "yoloq.preempted_by": by_job,
-            "yoloq.preempt_reason": reason[:200], "yoloq.preempt_asked_at": f"{time.time():.3f}"})
-        view = self._views.get(flow_run_id)
-        self._logger.info("preempting %s: %s", view.name if view else flow_run_id, reason)
-        from yoloq.events import emit_preemption
-
-        emit_preemption(view, by_job, reason)
-
     async def _enforce_grace(self, now: float) -> None:
-        """Kill victims that did not reach an epoch boundary within their grace time."""
+        """Kill own victims that did not reach an epoch boundary within their grace time."""
         for flow_run_id, asked in list(self._asked.items()):
             view = self._views.get(flow_run_id)
             pid = self._pids.get(flow_run_id)
             if pid is None or view is None:
                 continue
-            if now - asked > self._policy.grace_for(view.est_epoch_s):
+            if now - asked > self._grace(flow_run_id, view):
                 self._logger.warning("%s did not stop within its grace; killing it", view.name)
                 await anyio.to_thread.run_sync(processes.kill_group, pid, 3.0)
 
-    def _notify_quota_breaches(self, decision: Any, now: float) -> None:
-        from yoloq.quota_alerts import notify_quota_breaches
+    def _grace(self, flow_run_id: UUID, view: SegmentView) -> float:
+        return self._policy.grace_for(self._epoch_s(flow_run_id, view))
 
-        notify_quota_breaches(decision.raw.quota_breaches, self._ledger, now)
+    def _epoch_s(self, flow_run_id: UUID, view: SegmentView) -> float:
+        """The victim's measured epoch time here (from its own labels) once an epoch ended;
+        before that, the estimate scaled to this GPU's speed."""
+        started = self._started_at.get(flow_run_id)
+        done = view.progress_epoch - view.epochs_done
+        if started is not None and view.checkpoint_at is not None and done > 0:
+            return max(1.0, (view.checkpoint_at - started) / done)
+        gpus = [g for g in self._gpus if g.index in self._reserved.get(flow_run_id, ())]
+        speed = min((gpu_speed(g) for g in gpus), default=1.0) or 1.0
+        return view.est_epoch_s / speed
 
-    async def _publish_board(self, decision: Any, now: float) -> None:
+    async def _notify_quota_breaches(self, decision: Any, now: float) -> None:
+        from yoloq.quota_alerts import breach_key, emit_quota_breach
+
+        for breach in decision.raw.quota_breaches:
+            key = breach_key(breach, now)
+            if key in self._scheduler.notified:
+                continue
+            if await _notified_before(self.client, key) or emit_quota_breach(breach, now):
+                self._scheduler.notified[key] = now
+                await _remember_notified(self.client, key, now)
+
+    async def _publish_board(self, result: PassResult, now: float) -> None:
         try:
             from work_pools.board import publish_if_changed
 
-            await publish_if_changed(self, decision, now)
+            await publish_if_changed(_BoardSource(self._work_pool_name, self._policy, result),
+                                     result.decision, now)
         except Exception as exc:  # the board is informative; never stop scheduling for it
             self._logger.debug("queue board not published: %s", exc)
 
@@ -234,7 +292,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                   task_status: Optional[anyio.abc.TaskStatus[int]] = None) -> YoloGpuWorkerResult:
         gpus = self._reserved.get(flow_run.id, ())
         env = {**os.environ, **{k: v for k, v in configuration.env.items() if v is not None},
-               "PREFECT__FLOW_RUN_ID": str(flow_run.id),
+               "PREFECT__FLOW_RUN_ID": str(flow_run.id), "YOLOQ_NODE_NAME": self.node_name,
                "CUDA_VISIBLE_DEVICES": self._visible_devices(gpus)}
         if flow_run.id in self._batches:
             env[REDUCED_BATCH_ENV] = str(self._batches[flow_run.id])
@@ -243,13 +301,13 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                                         configuration.stream_output)
         self._pids[flow_run.id] = process.pid
         self._started_at[flow_run.id] = time.time()
-        processes.record_pid(flow_run.id, process.pid)
+        processes.record_pid(flow_run.id, process.pid, self.node_name)
         if task_status is not None:
             task_status.started(process.pid)
         try:
             code = await process.wait()
         finally:
-            processes.forget_pid(flow_run.id)
+            processes.forget_pid(flow_run.id, self.node_name)
             self._release(flow_run.id)
         return YoloGpuWorkerResult(status_code=code, identifier=str(process.pid))
 
@@ -280,24 +338,78 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     async def _crash(self, flow_run_id: UUID, message: str) -> None:
         await self._set_state(flow_run_id, "crashed", message)
 
-    async def _set_state(self, flow_run_id: UUID, kind: str, message: str) -> None:
+    async def _set_state(self, flow_run_id: UUID, kind: str, message: str,
+                         attempts: int = 5) -> bool:
+        """Force a final state, retrying with backoff; False when the API never took it (the
+        orphan check finds the run again at a later pass)."""
         from prefect.states import Cancelled, Crashed
 
         state = {"crashed": Crashed, "cancelled": Cancelled}[kind](message=message)
-        try:
-            await self.client.set_flow_run_state(flow_run_id, state, force=True)
-        except Exception as exc:
-            self._logger.warning("could not mark %s %s: %s", flow_run_id, kind, exc)
+        for attempt in range(attempts):
+            try:
+                await self.client.set_flow_run_state(flow_run_id, state, force=True)
+                return True
+            except Exception as exc:
+                self._logger.warning("could not mark %s %s (attempt %d): %s", flow_run_id, kind,
+                                     attempt + 1, exc)
+                await anyio.sleep(min(8.0, 0.5 * 2 ** attempt))
+        return False
 
     async def _fail_leftovers(self) -> None:
-        """A restarted worker kills segments a previous instance left and marks them crashed."""
-        for flow_run_id, pid in processes.leftover_pids():
+        """A restarted agent kills segments a previous instance on this node left; the runs
+        themselves are marked by the orphan check (which retries until it succeeds)."""
+        for flow_run_id, pid in processes.leftover_pids(self.node_name):
             await anyio.to_thread.run_sync(processes.kill_group, pid, 3.0)
-            processes.forget_pid(flow_run_id)
-            try:
-                run = await self.client.read_flow_run(flow_run_id)
-            except Exception:
+            processes.forget_pid(flow_run_id, self.node_name)
+        self._orphans_checked_at = 0.0
+
+    async def _mark_orphans(self, now: float) -> None:
+        """Runs assigned to this node that Prefect thinks are running but that have no live
+        process here (the agent restarted, or a process vanished) are marked Crashed."""
+        if now - self._orphans_checked_at < ORPHAN_CHECK_S:
+            return
+        self._orphans_checked_at = now
+        from work_pools.pool_scheduler import _open_runs
+
+        for run in await _open_runs(self.client, self._work_pool_name):
+            where = assignment(run)
+            if (where is None or where[0] != self.node_name or run.id in self._reserved
+                    or run.id in self._submitting_flow_run_ids or run.state is None
+                    or run.state.is_scheduled()):
                 continue
-            if run.state and not run.state.is_final():
-                await self._crash(flow_run_id, "Worker restarted; the segment it left was stopped. "
-                                               "The job resumes from its last checkpoint.")
+            await self._crash(run.id, f"Node {self.node_name} has no process for this segment "
+                                      "(the agent restarted or the process vanished). The job "
+                                      "resumes from its last checkpoint.")
+
+
+class _BoardSource:
+    """What the queue board reads: the pool's name, the policy, all running segments."""
+
+    def __init__(self, pool: str, policy: WorkerPolicy, result: PassResult) -> None:
+        self.name = pool
+        self._policy = policy
+        self._result = result
+
+    def _running_views(self) -> list[SegmentView]:
+        return list(self._result.running)
+
+
+NOTIFIED_VARIABLE = "yoloq-quota-notified"
+
+
+async def _notified_before(client: Any, key: str) -> bool:
+    variable = await client.read_variable_by_name(NOTIFIED_VARIABLE)
+    return variable is not None and isinstance(variable.value, dict) and key in variable.value
+
+
+async def _remember_notified(client: Any, key: str, now: float) -> None:
+    """Quota breaches already notified live in Prefect, so a new leader does not repeat them."""
+    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+
+    variable = await client.read_variable_by_name(NOTIFIED_VARIABLE)
+    value = dict(variable.value) if variable is not None and isinstance(variable.value, dict) else {}
+    value = {k: t for k, t in value.items() if now - float(t) < 8 * 86400} | {key: now}
+    if variable is None:
+        await client.create_variable(VariableCreate(name=NOTIFIED_VARIABLE, value=value))
+    else:
+        await client.update_variable(VariableUpdate(name=NOTIFIED_VARIABLE, value=value))

@@ -1,0 +1,148 @@
+"""Node records: each node agent publishes its GPU inventory and a heartbeat in Prefect.
+
+One Prefect Variable per node, named `yoloq-node-<name>`, holds JSON:
+`{"name", "host", "pid", "heartbeat_at", "gpus": [...], "live_runs": [...]}`.
+`live_runs` lists the segment flow runs whose processes are still alive on the node,
+so the scheduler keeps their GPUs busy until the process has really exited (a run
+reaches a final state a moment before its process ends). A node whose heartbeat is
+older than `YOLOQ_NODE_TIMEOUT_S` (default 30 s) is lost: the scheduler drains it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from work_pools.inventory import GpuInfo
+from yoloq.errors import UserError
+
+NODE_VARIABLE_PREFIX = "yoloq-node-"
+DEFAULT_NODE_TIMEOUT_S = 30.0
+_NAME_OK = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    gpus: tuple[GpuInfo, ...]
+    heartbeat_at: float
+    live_runs: tuple[str, ...] = ()
+    host: str = ""
+    pid: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def alive(self, now: float, timeout_s: float | None = None) -> bool:
+        return now - self.heartbeat_at <= (timeout_s if timeout_s is not None else node_timeout_s())
+
+
+def node_timeout_s() -> float:
+    value = os.environ.get("YOLOQ_NODE_TIMEOUT_S")
+    try:
+        return float(value) if value else DEFAULT_NODE_TIMEOUT_S
+    except ValueError:
+        raise UserError("YOLOQ_NODE_TIMEOUT_S", f"{value!r} is not a number of seconds",
+                        "set it to e.g. 30") from None
+
+
+def validate_node_name(name: str) -> str:
+    if not _NAME_OK.match(name):
+        raise UserError("--name", f"node name {name!r} is not allowed",
+                        "use lowercase letters, digits, '-' and '_' (at most 63), e.g. gpu-a")
+    return name
+
+
+def default_node_name() -> str:
+    """`YOLOQ_NODE_NAME`, else this host's name made safe for a Prefect Variable."""
+    explicit = os.environ.get("YOLOQ_NODE_NAME")
+    if explicit:
+        return validate_node_name(explicit)
+    safe = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().lower()).strip("-_")
+    return (safe or "node")[:63]
+
+
+def variable_name(node: str) -> str:
+    return f"{NODE_VARIABLE_PREFIX}{node}"
+
+
+def to_value(record: NodeRecord) -> dict[str, Any]:
+    return {"name": record.name, "host": record.host, "pid": record.pid,
+            "heartbeat_at": record.heartbeat_at, "live_runs": list(record.live_runs),
+            "gpus": [_gpu_value(g) for g in record.gpus], **record.extra}
+
+
+def from_value(value: Any) -> NodeRecord | None:
+    """A record from a Variable's value; None when it is not one (ignored, never guessed)."""
+    if not isinstance(value, dict) or "name" not in value:
+        return None
+    try:
+        gpus = tuple(GpuInfo(index=int(g["index"]), uuid=str(g.get("uuid", "")), name=str(g["name"]),
+                             mem_total_gb=float(g["mem_total_gb"]),
+                             mem_free_gb=float(g.get("mem_free_gb", g["mem_total_gb"])),
+                             kind=str(g.get("kind", "declared")))
+                     for g in value.get("gpus") or [])
+        return NodeRecord(name=str(value["name"]), gpus=gpus,
+                          heartbeat_at=float(value["heartbeat_at"]),
+                          live_runs=tuple(str(r) for r in value.get("live_runs") or []),
+                          host=str(value.get("host", "")), pid=int(value.get("pid") or 0))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _gpu_value(gpu: GpuInfo) -> dict[str, Any]:
+    return {"index": gpu.index, "uuid": gpu.uuid, "name": gpu.name, "kind": gpu.kind,
+            "mem_total_gb": round(gpu.mem_total_gb, 3), "mem_free_gb": round(gpu.mem_free_gb, 3)}
+
+
+def make_record(name: str, gpus: list[GpuInfo], live_runs: list[str],
+                now: float | None = None) -> NodeRecord:
+    return NodeRecord(name=name, gpus=tuple(gpus), heartbeat_at=now or time.time(),
+                      live_runs=tuple(live_runs), host=socket.gethostname(), pid=os.getpid())
+
+
+async def publish(client: Any, record: NodeRecord) -> None:
+    """Create or update the node's Variable (the heartbeat)."""
+    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+
+    name = variable_name(record.name)
+    value = to_value(record)
+    existing = await client.read_variable_by_name(name)
+    if existing is None:
+        try:
+            await client.create_variable(VariableCreate(name=name, value=value, tags=["yoloq-node"]))
+            return
+        except Exception:  # created meanwhile by a twin: update instead
+            pass
+    await client.update_variable(VariableUpdate(name=name, value=value))
+
+
+async def remove(client: Any, node: str) -> None:
+    """A node leaving on purpose deletes its record (a lost node's record just goes stale)."""
+    try:
+        await client.delete_variable_by_name(variable_name(node))
+    except Exception:
+        pass
+
+
+async def read_nodes(client: Any) -> list[NodeRecord]:
+    """Every node record of the stack, live or stale, sorted by name."""
+    variables = await client.read_variables()
+    records = [from_value(v.value) for v in variables if v.name.startswith(NODE_VARIABLE_PREFIX)]
+    return sorted((r for r in records if r is not None), key=lambda r: r.name)
+
+
+def live_pool_gpus(now: float | None = None) -> list[tuple[str, GpuInfo]]:
+    """(node, GPU) for every live node, through the current Prefect API settings."""
+    from prefect.client.orchestration import get_client
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    async def _read() -> list[NodeRecord]:
+        async with get_client() as client:
+            return await read_nodes(client)
+
+    moment = now or time.time()
+    return [(node.name, gpu) for node in run_coro_as_sync(_read()) or []
+            if node.alive(moment) for gpu in node.gpus]

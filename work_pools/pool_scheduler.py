@@ -1,0 +1,231 @@
+"""The pool's one scheduler: sees every node, decides once for the whole pool.
+
+Run by whichever node agent holds the scheduler lease (`work_pools.lease`). Each
+pass it reads what Prefect knows (live node records, every open segment run of
+the pool, usage from finished runs), asks the pure `decide` for one Decision over
+all GPUs, and writes the outcome back into Prefect as labels on the runs:
+
+- admit: `yoloq.node`, `yoloq.gpus` (the node's local indices), `yoloq.gpu_name`,
+  `yoloq.gpu_speed`, `yoloq.assigned_at`, and `yoloq.batch` for a reduced batch.
+  The node named there starts the run; no other node touches it.
+- preempt: `yoloq.preempt=requested` (+ who, why, when) on the victim, wherever it
+  runs; the victim stops at its next epoch boundary, and its own node enforces the
+  grace. A request whose label could not be set is decided again next pass.
+- drain: runs assigned to a node whose heartbeat lapsed are put back in the queue
+  (not yet started) or marked Crashed (started): their jobs resume elsewhere from
+  the shared checkpoint store.
+
+A GPU is the pair (node, local index). `decide` sees one flat index space,
+numbered node by node; the mapping is kept here and never leaves this module.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+from uuid import UUID
+
+from work_pools.inventory import GpuInfo
+from work_pools.nodes import NodeRecord
+from work_pools.scheduling import WorkerDecision, WorkerPolicy, gpu_speed, schedule
+from work_pools.segments import SegmentView, segment_view
+from work_pools.usage import (GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL, UsageBook,
+                              ledger_state)
+from yoloq.settings import PREEMPT_LABEL
+
+ASSIGNED_AT_LABEL = "yoloq.assigned_at"
+BATCH_LABEL = "yoloq.batch"
+
+
+@dataclass(frozen=True)
+class PoolGpus:
+    """The pool's GPUs in one flat index space: global index <-> (node, local index)."""
+
+    gpus: tuple[GpuInfo, ...]  # re-indexed globally
+    where: dict[int, tuple[str, int]]
+    index_of: dict[tuple[str, int], int]
+
+    @classmethod
+    def of(cls, nodes: list[NodeRecord]) -> "PoolGpus":
+        gpus, where, index_of = [], {}, {}
+        for node in sorted(nodes, key=lambda n: n.name):
+            for gpu in sorted(node.gpus, key=lambda g: g.index):
+                i = len(gpus)
+                gpus.append(replace(gpu, index=i))
+                where[i] = (node.name, gpu.index)
+                index_of[(node.name, gpu.index)] = i
+        return cls(tuple(gpus), where, index_of)
+
+    def node_of(self, indices: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+        pairs = [self.where[i] for i in indices]
+        nodes = {n for n, _ in pairs}
+        if len(nodes) != 1:
+            raise ValueError(f"GPUs {indices} span nodes {sorted(nodes)}")
+        return pairs[0][0], tuple(i for _, i in pairs)
+
+
+@dataclass
+class PassResult:
+    decision: WorkerDecision | None
+    assigned: dict[UUID, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    drained: list[UUID] = field(default_factory=list)
+    running: list[SegmentView] = field(default_factory=list)
+    decide_s: float = 0.0
+
+
+def assignment(run: Any) -> tuple[str, tuple[int, ...]] | None:
+    """(node, local GPU indices) the scheduler gave this run, or None."""
+    labels = run.labels or {}
+    node, gpus = labels.get(NODE_LABEL), labels.get(GPUS_LABEL)
+    if not node or not gpus:
+        return None
+    return str(node), tuple(int(g) for g in str(gpus).split(",") if g.strip())
+
+
+class PoolScheduler:
+    """The leader's state between passes: usage cache and notified quota breaches."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self.usage = UsageBook(pool)
+        self.notified: dict[str, float] = {}
+
+    async def run_pass(self, client: Any, nodes: list[NodeRecord], policy: WorkerPolicy,
+                       now: float | None = None) -> PassResult:
+        now = now or time.time()
+        live = [n for n in nodes if n.alive(now)]
+        live_names = {n.name for n in live}
+        open_runs = await _open_runs(client, self.pool)
+        exiting = await _exiting_runs(client, live, {r.id for r in open_runs})
+        result = PassResult(decision=None)
+        result.drained = await _drain(client, open_runs, live_names, nodes, now)
+        pool_gpus = PoolGpus.of(live)
+        occupying, pending = _split(open_runs + exiting, live_names, result.drained, now)
+        views = {r.id: segment_view(r) for r in occupying + pending}
+        reserved = {r.id: _global(pool_gpus, assignment(r)) for r in occupying}
+        started_at = {r.id: _started_at(r, now) for r in occupying}
+        asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
+                 or (r.state is not None and r.state.is_final())}
+        ledger = ledger_state(await self.usage.refresh(client, now), now, policy.policy,
+                              self.notified)
+        running_views = [views[r.id] for r in occupying]
+        tick = time.perf_counter()
+        decision = schedule(list(pool_gpus.gpus), running_views, [views[r.id] for r in pending],
+                            reserved, started_at, now, policy, asked=asked, ledger=ledger)
+        result.decide_s = time.perf_counter() - tick
+        result.decision, result.running = decision, running_views
+        result.assigned = await _apply_admissions(client, decision, pool_gpus, now)
+        await _apply_preemptions(client, decision, views, now)
+        return result
+
+
+async def _open_runs(client: Any, pool: str) -> list[Any]:
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState,
+                                                FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+
+    from work_pools.usage import _runs
+
+    return await _runs(client, pool, FlowRunFilter(state=FlowRunFilterState(
+        type=FlowRunFilterStateType(any_=[StateType.SCHEDULED, StateType.PENDING,
+                                          StateType.RUNNING, StateType.CANCELLING]))))
+
+
+async def _exiting_runs(client: Any, live: list[NodeRecord], open_ids: set[UUID]) -> list[Any]:
+    """Runs already final whose processes are still alive on a node: their GPUs stay busy."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    ids = {UUID(r) for n in live for r in n.live_runs} - open_ids
+    if not ids:
+        return []
+    return await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(ids))))
+
+
+def _split(runs: list[Any], live_names: set[str], drained: list[UUID],
+           now: float) -> tuple[list[Any], list[Any]]:
+    """(runs holding GPUs on a live node, runs waiting for a decision)."""
+    occupying, pending = [], []
+    skip = set(drained)
+    for run in runs:
+        if run.id in skip:
+            continue
+        where = assignment(run)
+        if where is not None and where[0] in live_names:
+            occupying.append(run)
+        elif where is None and run.state is not None and run.state.is_scheduled():
+            start = run.expected_start_time or run.next_scheduled_start_time
+            if start is None or start.timestamp() <= now + 1.0:
+                pending.append(run)
+    return occupying, pending
+
+
+def _global(pool_gpus: PoolGpus, where: tuple[str, tuple[int, ...]] | None) -> tuple[int, ...]:
+    if where is None:
+        return ()
+    node, local = where
+    return tuple(pool_gpus.index_of[(node, i)] for i in local if (node, i) in pool_gpus.index_of)
+
+
+def _started_at(run: Any, now: float) -> float:
+    if run.start_time is not None:
+        return run.start_time.timestamp()
+    value = (run.labels or {}).get(ASSIGNED_AT_LABEL)
+    return float(value) if value else now
+
+
+async def _drain(client: Any, runs: list[Any], live_names: set[str], nodes: list[NodeRecord],
+                 now: float) -> list[UUID]:
+    """Runs assigned to a lost node: back to the queue, or Crashed when they had started."""
+    drained = []
+    for run in runs:
+        where = assignment(run)
+        if where is None or where[0] in live_names:
+            continue
+        node = where[0]
+        if run.state is not None and run.state.is_scheduled():
+            await client.update_flow_run_labels(run.id, {NODE_LABEL: "", GPUS_LABEL: ""})
+        else:
+            await _crash(client, run.id, _lost_message(node, nodes, now))
+        drained.append(run.id)
+    return drained
+
+
+def _lost_message(node: str, nodes: list[NodeRecord], now: float) -> str:
+    record = next((n for n in nodes if n.name == node), None)
+    silent = f"no heartbeat for {now - record.heartbeat_at:.0f} s" if record else "never registered"
+    return (f"Node {node} lost ({silent}); the segment was drained and its job resumes "
+            "from its last checkpoint on another node.")
+
+
+async def _crash(client: Any, flow_run_id: UUID, message: str) -> None:
+    from prefect.states import Crashed
+
+    await client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
+
+
+async def _apply_admissions(client: Any, decision: WorkerDecision, pool_gpus: PoolGpus,
+                            now: float) -> dict[UUID, tuple[str, tuple[int, ...]]]:
+    assigned = {}
+    for admit in decision.admit:
+        node, local = pool_gpus.node_of(admit.gpus)
+        first = pool_gpus.gpus[admit.gpus[0]]
+        labels = {NODE_LABEL: node, GPUS_LABEL: ",".join(str(i) for i in local),
+                  GPU_NAME_LABEL: first.name, SPEED_LABEL: f"{gpu_speed(first):.4f}",
+                  ASSIGNED_AT_LABEL: f"{now:.3f}", "yoloq.admit_reason": admit.reason[:200]}
+        if admit.batch:
+            labels[BATCH_LABEL] = str(admit.batch)
+        await client.update_flow_run_labels(admit.flow_run_id, labels)
+        assigned[admit.flow_run_id] = (node, local)
+    return assigned
+
+
+async def _apply_preemptions(client: Any, decision: WorkerDecision,
+                             views: dict[UUID, SegmentView], now: float) -> None:
+    from yoloq.events import emit_preemption
+
+    for stop in decision.preempt:
+        await client.update_flow_run_labels(stop.flow_run_id, {
+            PREEMPT_LABEL: "requested", "yoloq.preempted_by": stop.by_job,
+            "yoloq.preempt_reason": stop.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}"})
+        emit_preemption(views.get(stop.flow_run_id), stop.by_job, stop.reason)

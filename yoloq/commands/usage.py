@@ -1,0 +1,73 @@
+"""`yoloq usage [--team T] [--since 7d] [--csv|--json]`: Training Units per team and job.
+
+Computed from the segment runs' own records in Prefect (`work_pools.usage`): start and
+end times, team, the GPUs held and their speed. 1 TU = one V100 for 24 h.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+from yoloq.commands._client import print_json, stack_client, table
+from yoloq.errors import UserError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--team", help="only this team")
+    parser.add_argument("--since", default="7d", help="window: e.g. 90m, 24h, 7d (default 7d)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="CSV on stdout (pandas)")
+    out.add_argument("--json", action="store_true")
+
+
+def parse_since(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if not match:
+        raise UserError("--since", f"cannot read {text!r}", "write a number and a unit, e.g. 24h or 7d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from work_pools.usage import usage_table
+    from yoloq.settings import GPU_POOL
+
+    window = parse_since(args.since)
+    now = time.time()
+    with stack_client():
+        intervals = _intervals(GPU_POOL, now)
+    rows = usage_table(intervals, now, now - window, args.team)
+    for row in rows:
+        row["gpu_s"], row["tu"] = round(row["gpu_s"], 1), round(row["tu"], 6)
+    if args.json:
+        print_json(rows)
+    elif args.csv:
+        import pandas as pd
+
+        pd.DataFrame(rows, columns=["team", "job", "segments", "gpu_s", "tu"]).to_csv(sys.stdout, index=False)
+    else:
+        print(table(rows, ["team", "job", "segments", "gpu_s", "tu"]))
+        totals: dict[str, float] = {}
+        for row in rows:
+            totals[row["team"]] = totals.get(row["team"], 0.0) + row["tu"]
+        for team, total in sorted(totals.items()):
+            print(f"team {team}: {total:.6f} TU since {args.since} ago")
+    return 0
+
+
+def _intervals(pool: str, now: float):
+    """Every segment interval of the pool (the scheduler's own reader)."""
+    from prefect.client.orchestration import get_client
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from work_pools.usage import UsageBook
+
+    async def read():
+        async with get_client() as async_client:
+            return await UsageBook(pool).refresh(async_client, now)
+
+    return run_coro_as_sync(read())
