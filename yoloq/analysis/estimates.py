@@ -73,12 +73,15 @@ def peak_memory_gb(params_m: float, gflops: float, imgsz: int, batch: int, amp: 
     return fixed + batch * activation_gb_per_image(gflops, imgsz, amp)
 
 
-def max_batch(params_m: float, gflops: float, imgsz: int, gpu: GpuType, amp: bool = True,
-              mem_gb: float | None = None) -> int:
-    """Largest batch whose estimate fits USABLE_FRACTION of the GPU (of `mem_gb` when given),
-    never above the spec's own limit MAX_BATCH."""
-    total = gpu.mem_gb if mem_gb is None else mem_gb
-    budget = total * USABLE_FRACTION - peak_memory_gb(params_m, gflops, imgsz, 0, amp)
+def max_batch(params_m: float, gflops: float, imgsz: int, gpu: GpuType, amp: bool = True) -> int:
+    """Largest batch whose estimate fits USABLE_FRACTION of the GPU type."""
+    return batch_capacity(params_m, gflops, imgsz, gpu.mem_gb, amp)
+
+
+def batch_capacity(params_m: float, gflops: float, imgsz: int, mem_gb: float, amp: bool = True) -> int:
+    """Largest batch whose estimate fits USABLE_FRACTION of `mem_gb`, never above the spec's
+    own limit MAX_BATCH (0: not even one image)."""
+    budget = mem_gb * USABLE_FRACTION - peak_memory_gb(params_m, gflops, imgsz, 0, amp)
     return min(MAX_BATCH, max(0, math.floor(budget / activation_gb_per_image(gflops, imgsz, amp))))
 
 
