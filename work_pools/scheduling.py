@@ -151,10 +151,7 @@ def gpu_speed(info: GpuInfo) -> float:
     """Relative speed (the TU rate): catalog speed, CPU speed for a declared slot."""
     if not info.is_real:
         return gpu_catalog.CPU_SLOT.speed
-    try:
-        return gpu_catalog.lookup(info.name).speed
-    except KeyError:
-        return 1.0
+    return gpu_catalog.device_speed(info.name)  # an unlisted card: documented default, warned once
 
 
 def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | None,
