@@ -1,0 +1,62 @@
+"""The scheduler lease on a real Prefect server: one holder at a time, a lost lease stops
+the holder at once, a released or revoked lease passes to a standby."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from work_pools.lease import SchedulerLease, current_leader, limit_name
+
+pytestmark = pytest.mark.service
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+async def _with_client(fn):
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        return await fn(client)
+
+
+def test_one_holder_at_a_time_and_release_hands_over(yoloq_stack):
+    first, second = SchedulerLease("lease-a", "node-1"), SchedulerLease("lease-a", "node-2")
+
+    async def scenario(client):
+        took = [await first.hold(client), await second.hold(client)]
+        renewed = await first.hold(client)
+        leader_then = await current_leader(client)
+        await first.release(client)
+        taken_over = await second.hold(client)
+        blocked = await first.hold(client)
+        limit = await client.read_global_concurrency_limit_by_name(limit_name("lease-a"))
+        await second.release(client)
+        return took, renewed, leader_then, taken_over, blocked, limit
+
+    took, renewed, leader_then, taken_over, blocked, limit = _run(_with_client(scenario))
+    assert took == [True, False], "the second scheduler must wait while the first holds the lease"
+    assert renewed is True and leader_then["holder"] == "node-1"
+    assert taken_over is True and blocked is False
+    assert limit.limit == 1
+
+
+def test_a_revoked_lease_stops_its_holder_at_once(yoloq_stack):
+    """What the repossessor does to an expired lease, done now: the old holder's next
+    `hold()` fails its renewal and it does not decide, while the standby takes over."""
+    old, standby = SchedulerLease("lease-b", "node-1"), SchedulerLease("lease-b", "node-2")
+
+    async def scenario(client):
+        assert await old.hold(client)
+        await client.release_concurrency_slots_with_lease(old.lease_id)  # revoked
+        took_over = await standby.hold(client)
+        old_still_leads = await old.hold(client)
+        await standby.release(client)
+        return took_over, old_still_leads, old.lease_id
+
+    took_over, old_still_leads, old_lease = _run(_with_client(scenario))
+    assert took_over is True
+    assert old_still_leads is False and old_lease is None
