@@ -2,15 +2,23 @@
 
 Each subcommand lives in `yoloq.commands.<name>` with `add_arguments(parser)` and
 `run(args) -> int`; modules are imported only when their command runs, so
-fast commands (`analyse`) never pay for importing Prefect or torch.
+fast commands (`analyse`) never pay for importing Prefect or torch. Adding a
+command is one line in COMMANDS.
+
+Every error is one line on stderr with exit code 2 (usage errors included);
+`--home DIR` is accepted anywhere on the command line; output cut short by a
+closed pipe (`yoloq ... | head -1`) ends quietly with 141, like other Unix tools.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import NoReturn
 
+from yoloq import __version__
 from yoloq.errors import UserError
 
 # command name -> (module, one-line help)
@@ -31,14 +39,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("simulate", "replay a job trace through the scheduling policy"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
 }
+HOME_FLAG = "--home"
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (`error: ...`) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message} (fix: see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """All commands are listed; only `only` (the one being run) imports its module."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="yoloq", description="A fair, preemptive training queue for YOLO models on shared "
                                   "GPUs. Quick start: `yoloq demo`; see the README.")
-    parser.add_argument("--home", help="state folder (default: $YOLOQ_HOME or ./.yoloq)")
+    parser.add_argument(HOME_FLAG, help="state folder (default: $YOLOQ_HOME or ./.yoloq); "
+                                        "accepted anywhere on the command line")
+    parser.add_argument("--version", action="version", version=f"yoloq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
@@ -49,8 +69,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _chosen(argv: list[str]) -> str | None:
-    return next((a for a in argv if a in COMMANDS), None)
+def split_home(argv: list[str]) -> tuple[str | None, list[str]]:
+    """Take every `--home DIR` / `--home=DIR` out of argv (anywhere before a bare `--`)."""
+    home, rest, index = None, [], 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg == "--":
+            rest += argv[index:]
+            break
+        if arg == HOME_FLAG:
+            if index + 1 >= len(argv):
+                raise UserError(HOME_FLAG, "needs a folder", "write --home DIR")
+            home, index = argv[index + 1], index + 2
+            continue
+        if arg.startswith(HOME_FLAG + "="):
+            home = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        index += 1
+    if home is not None and not home.strip():
+        raise UserError(HOME_FLAG, "is empty", "write --home DIR")
+    return home, rest
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The command: the first argument that is not an option (`--home` already taken out)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
 
 
 def _module(name: str):
@@ -59,21 +104,35 @@ def _module(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(only=_chosen(argv) or "").parse_args(argv)
-    if args.home:
-        import os
-
-        os.environ["YOLOQ_HOME"] = args.home
-    module = _module(COMMANDS[args.command][0])
-    runner = getattr(module, f"run_{args.command}", None) or getattr(module, "run")
     try:
-        return int(runner(args) or 0)
+        home, argv = split_home(argv)
     except UserError as exc:
         print(f"error: {exc.line()}", file=sys.stderr)
         return exc.exit_code
+    if home is not None:
+        os.environ["YOLOQ_HOME"] = home
+    args = build_parser(only=chosen_command(argv) or "").parse_args(argv)
+    module = _module(COMMANDS[args.command][0])
+    runner = getattr(module, f"run_{args.command}", None) or getattr(module, "run")
+    try:
+        code = int(runner(args) or 0)
+        sys.stdout.flush()
+        return code
+    except UserError as exc:
+        print(f"error: {exc.line()}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        _silence_stdout()
+        return SIGPIPE_EXIT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """The reader went away: point stdout at /dev/null so the exit flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

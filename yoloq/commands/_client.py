@@ -12,9 +12,17 @@ from yoloq.errors import UserError
 
 @contextmanager
 def stack_client() -> Iterator[Any]:
-    """A sync Prefect client for the stack of this state folder; a clear error if it is down."""
+    """A sync Prefect client for the stack of this state folder; a clear error if it is down.
+
+    A command that only reads never creates the state folder: without one, no stack runs here.
+    """
+    from yoloq.paths import state_paths
     from yoloq.stack import current_stack, healthy, use_stack
 
+    paths = state_paths()
+    if not paths.root.is_dir():
+        raise UserError("stack", f"no yoloq state folder at {paths.root}, so no stack runs for it",
+                        "start one with `yoloq up`, or point --home/YOLOQ_HOME at an existing state folder")
     stack = current_stack()
     if not healthy(stack):
         raise UserError("stack", f"no yoloq server answers on {stack.api_url}",

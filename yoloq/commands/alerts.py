@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import stack_client
+from yoloq.commands._client import print_json, stack_client
 from yoloq.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     sub = parser.add_subparsers(dest="alerts_target", required=True, metavar="TARGET")
     hook = sub.add_parser("webhook", help="POST a JSON notification {subject, body} to a URL")
     hook.add_argument("url", help="http(s) URL that receives the notifications")
@@ -30,5 +31,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("url", f"{target!r} is not an http(s) URL", "give e.g. https://host/hook")
     with stack_client() as client:
         automation_id = ensure_quota_automation(target, client=client)
+    if args.json:
+        print_json({"automation": AUTOMATION_NAME, "id": str(automation_id), "event": QUOTA_EVENT,
+                    "target": target})
+        return 0
     print(f"automation {AUTOMATION_NAME!r} ({automation_id}): {QUOTA_EVENT} -> {target}")
     return 0

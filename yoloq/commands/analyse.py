@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="job spec file (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--gpu", help="GPU type for memory, max batch and time (default: the reference, "
-                        "V100-32GB); e.g. A100-80GB, T4, CPU")
+                        "V100-32GB): a name from yoloq/gpus.py, e.g. A100-80GB, T4, CPU")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +38,11 @@ def summary(a: dict) -> str:
         f"~{_duration(a['est_epoch_s'])} per epoch, ~{_duration(a['est_duration_s'])} in all",
         f"resume   {'bit-exact' if a['exact_resume'] else 'not bit-exact'}",
     ]
+    if a.get("trains_from_scratch"):
+        lines.append("weights  none: trains from scratch (random initialisation); to fine-tune, give a local "
+                     ".pt as `model` or `train_args.pretrained`")
+    elif a.get("weights") and not a.get("fingerprint"):
+        lines.append(f"weights  starts from {a['weights']}")
     fp = a.get("fingerprint")
     if fp:
         lines.append(f"weights  {fp['kind']} checkpoint, {fp['family']}{fp['scale']} {fp['task']}, "

@@ -7,7 +7,7 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 
-from yoloq.commands._client import stack_client, table
+from yoloq.commands._client import print_json, stack_client, table
 from yoloq.errors import UserError
 
 
@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team")
     parser.add_argument("--job")
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
+    parser.add_argument("--json", action="store_true", help="print the events as a JSON list")
 
 
 def parse_since(text: str) -> datetime:
@@ -36,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     since = parse_since(args.since)
     with stack_client() as client:
         rows = read_audit(client, since=since, job_id=args.job, team=args.team)
+    if args.json:
+        print_json(rows)
+        return 0
     if args.csv:
         import pandas as pd
 

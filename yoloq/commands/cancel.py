@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import stack_client
+from yoloq.commands._client import print_json, stack_client
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job id")
     parser.add_argument("--reason", default="cancelled by user")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,5 +27,8 @@ def run(args: argparse.Namespace) -> int:
         for run_ in targets:
             client.set_flow_run_state(run_.id, Cancelling(message=args.reason), force=True)
         emit_job_event("cancelled", job.job_id, job.team, reason=args.reason)
+    if args.json:
+        print_json({"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets], "reason": args.reason})
+        return 0
     print(f"cancelling {job.job_id} ({len(targets)} run(s))")
     return 0

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from yoloq.commands._client import print_json
 from yoloq.errors import UserError
+
+MAX_SYNTH_IMAGES = 100_000
+MAX_SYNTH_IMGSZ = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,28 +23,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     synth.add_argument("--relative", action="store_true",
                        help="write `path: .` instead of the absolute folder into data.yaml")
+    synth.add_argument("--json", action="store_true", help="print one JSON object")
     updated = tools.add_parser("updated", help="announce a changed dataset (emits dataset.updated; "
                                                "the retraining trigger resubmits its jobs)")
     updated.add_argument("data", help="the dataset YAML that changed")
+    updated.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.tool == "updated":
-        return announce_update(args.data)
+        return announce_update(args.data, args.json)
     from yoloq.synth import synth_dataset
 
+    _check_synth_args(args)
     try:
         data_yaml = synth_dataset(args.dir, train=args.train, val=args.val, imgsz=args.imgsz,
                                   nc=args.nc, seed=args.seed, relative_path=args.relative)
     except ValueError as exc:
         raise UserError("dataset synth", str(exc), "see `yoloq dataset synth --help`") from None
+    except OSError as exc:
+        raise UserError("dir", f"cannot write into {args.dir}: {exc.strerror or exc}",
+                        "give a folder you can write to") from None
+    if args.json:
+        print_json({"data": str(data_yaml), "train": args.train, "val": args.val, "imgsz": args.imgsz,
+                    "nc": args.nc, "seed": args.seed})
+        return 0
     print(f"wrote {args.train} train + {args.val} val images ({args.imgsz}px, {args.nc} classes): {data_yaml}")
     return 0
 
 
-def announce_update(data: str) -> int:
-    from pathlib import Path
+def _check_synth_args(args: argparse.Namespace) -> None:
+    """Refuse what would fail half-way (a file where the folder goes) or never end (huge sizes)."""
+    target = Path(args.dir).expanduser()
+    blocker = next((p for p in (target, *target.parents) if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserError("dir", f"{blocker} is a file (or a broken link), not a folder",
+                        "give a new or existing folder")
+    for name in ("train", "val"):
+        if not 1 <= getattr(args, name) <= MAX_SYNTH_IMAGES:
+            raise UserError(f"--{name}", f"{getattr(args, name)} is outside 1-{MAX_SYNTH_IMAGES:,}",
+                            f"e.g. --{name} 16")
+    if not 16 <= args.imgsz <= MAX_SYNTH_IMGSZ:
+        raise UserError("--imgsz", f"{args.imgsz} is outside 16-{MAX_SYNTH_IMGSZ}", "e.g. --imgsz 64")
+    if args.seed < 0:
+        raise UserError("--seed", f"{args.seed} is negative", "use 0 or more")
 
+
+def announce_update(data: str, as_json: bool = False) -> int:
     from yoloq.commands._client import stack_client
 
     path = Path(data).resolve()
@@ -54,5 +84,8 @@ def announce_update(data: str) -> int:
             "prefect.resource.id": f"yoloq.dataset.{path.parent.name}",
             "prefect.resource.name": path.parent.name, "yoloq.dataset.path": str(path)},
             payload={"actor": actor()})
+    if as_json:
+        print_json({"event": "dataset.updated", "data": str(path)})
+        return 0
     print(f"dataset.updated emitted for {path}; jobs that train on it will be retrained")
     return 0

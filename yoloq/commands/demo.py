@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +22,8 @@ DEMO_JOBS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
     parser.add_argument("--keep-running", action="store_true", help="leave the stack up afterwards")
+    parser.add_argument("--json", action="store_true",
+                        help="progress on stderr; print the jobs' final state as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,16 +33,20 @@ def run(args: argparse.Namespace) -> int:
     from yoloq.spec import load_spec
     from yoloq.stack import up
 
-    stack = up()
+    say = (lambda line: print(line, file=sys.stderr)) if args.json else print
+    stack = up(echo=say)
     specs = write_demo_specs(stack.paths.root / "demo")
     job_ids = []
     for spec_path in specs:
         spec = load_spec(spec_path)
         job_ids.append(submit_job(spec)["job_id"])
-        print(f"submitted {job_ids[-1]:<28} team {spec.team:<9} tier {spec.priority}")
+        say(f"submitted {job_ids[-1]:<28} team {spec.team:<9} tier {spec.priority}")
         if spec.priority == "low":
             wait_until_training(job_ids[-1])
-    ok = watch(job_ids, args.timeout)
+    ok = watch(job_ids, args.timeout, to_stderr=args.json)
+    if args.json:
+        _print_final(job_ids, ok, stack)
+        return 0 if ok else 1
     print_where_to_look(stack, job_ids)
     if not args.keep_running:
         print("(the stack keeps running; stop it with `yoloq down`)")
@@ -76,8 +83,18 @@ def wait_until_training(job_id: str, timeout_s: float = 180) -> None:
             time.sleep(1)
 
 
-def watch(job_ids: list[str], timeout_s: float) -> bool:
+def _print_final(job_ids: list[str], ok: bool, stack) -> None:
+    from yoloq.commands._client import print_json, stack_client
+    from yoloq.jobs import list_jobs
+
+    with stack_client() as client:
+        jobs = [j.to_dict() for j in list_jobs(client) if j.job_id in job_ids]
+    print_json({"completed": ok, "jobs": jobs, "ui_url": stack.ui_url, "state": str(stack.paths.root)})
+
+
+def watch(job_ids: list[str], timeout_s: float, to_stderr: bool = False) -> bool:
     """A live progress display: one bar per job, redrawn in place."""
+    from rich.console import Console
     from rich.live import Live
     from rich.table import Table
 
@@ -86,7 +103,8 @@ def watch(job_ids: list[str], timeout_s: float) -> bool:
     from yoloq.queueview import queue_rows
 
     deadline = time.monotonic() + timeout_s
-    with stack_client() as client, Live(refresh_per_second=2) as live:
+    console = Console(stderr=True) if to_stderr else None
+    with stack_client() as client, Live(refresh_per_second=2, console=console) as live:
         while True:
             jobs = {j.job_id: j for j in list_jobs(client)}
             now = {row["job"]: row["reason"] for row in queue_rows(client)}

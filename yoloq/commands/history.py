@@ -1,4 +1,5 @@
-"""`yoloq history JOB [--json]`: the job's timeline from its runs and audit events."""
+"""`yoloq history JOB [--json]`: the job's timeline from its runs and audit events, with one
+`trained` row per epoch training from the epoch ledger (a repeated epoch shows twice)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import stack_client
+from yoloq.commands._client import print_json, stack_client
 from yoloq.errors import UserError
 
 
@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--period", choices=("day", "week"), default="day")
     parser.add_argument("--clear", action="store_true", help="remove the team's quota")
     parser.add_argument("--reason", default="changed by user")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,5 +47,9 @@ def run(args: argparse.Namespace) -> int:
                    payload={"actor": actor(), "team": args.team, "reason": args.reason,
                             "old": old.model_dump() if old else None,
                             "new": None if args.clear else {"tu": args.tu, "period": args.period}})
+    if args.json:
+        print_json({"team": args.team, "old": old.model_dump() if old else None,
+                    "new": None if args.clear else {"tu": args.tu, "period": args.period}})
+        return 0
     print(f"quota of {args.team}: " + ("none" if args.clear else f"{args.tu} TU per {args.period}"))
     return 0

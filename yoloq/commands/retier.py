@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import stack_client
+from yoloq.commands._client import print_json, stack_client
 from yoloq.errors import UserError
 from yoloq.tiers import TIER_NAMES
 
@@ -13,6 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="job id")
     parser.add_argument("tier", choices=TIER_NAMES)
     parser.add_argument("--reason", default="changed by user")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
             client.update_flow_run_labels(run_.id, {TIER_LABEL: args.tier})
         emit_job_event("tier_changed", job.job_id, job.team, reason=args.reason,
                        old_tier=job.tier, new_tier=args.tier)
+    if args.json:
+        print_json({"job_id": job.job_id, "old_tier": job.tier, "new_tier": args.tier, "reason": args.reason})
+        return 0
     print(f"{job.job_id}: {job.tier} -> {args.tier}")
     return 0
 

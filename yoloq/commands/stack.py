@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from yoloq.commands._client import print_json
+from yoloq.errors import UserError
 
 
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="Prefect server port (default 4210 or $YOLOQ_PORT)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def add_down_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run_up(args: argparse.Namespace) -> int:
     from yoloq.stack import up
 
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise UserError("--port", f"{args.port} is not a TCP port", "use 1024-65535, e.g. --port 4210")
+    if args.json:
+        stack = up(port=args.port, echo=lambda line: print(line, file=sys.stderr))
+        print_json({"ui_url": stack.ui_url, "api_url": stack.api_url, "state": str(stack.paths.root)})
+        return 0
     stack = up(port=args.port)
     print(f"yoloq is up. Prefect UI: {stack.ui_url}   state: {stack.paths.root}")
     return 0
@@ -24,5 +35,9 @@ def run_up(args: argparse.Namespace) -> int:
 def run_down(args: argparse.Namespace) -> int:
     from yoloq.stack import down
 
+    if args.json:
+        stopped = down(echo=lambda line: print(line, file=sys.stderr))
+        print_json({"stopped_processes": stopped})
+        return 0
     down()
     return 0
