@@ -1,11 +1,19 @@
-"""Time one `decide` call: 10,000 waiting segments on 256 GPUs, fair share and quotas on.
+"""Time one `decide` call: 10,000 waiting segments on 256 GPUs over 32 nodes, fair share
+and quotas on.
 
-    python bench/decide.py [--waiting 10000] [--gpus 256] [--repeat 30]
+    python bench/decide.py [--waiting 10000] [--gpus 256] [--nodes 32] [--repeat 30]
+                           [--baseline DIR]
 
-The cluster is mixed (A100-80GB, H100-80GB, V100-32GB, L4-24GB); 200 GPUs run a
-segment, the rest are free; the queue spreads over 8 teams and 4 tiers, one
-team is over its quota, and a share of the waiting segments are old enough
-to be aged. The last line is the headline figure.
+The cluster is mixed (A100-80GB, H100-80GB, V100-32GB, L4-24GB), the GPUs dealt
+round-robin onto `--nodes` nodes; 200 GPUs run a segment, the rest are free; the
+queue spreads over 8 teams and 4 tiers (gangs of 2, 4 and 8 GPUs included), one
+team is over its quota, and a share of the waiting segments are old enough to
+be aged. The last line is the headline figure.
+
+`--baseline DIR` times, interleaved in the same run, the `decide` of another copy
+of the code (e.g. `git archive <commit> work_pools yoloq | tar -x -C DIR`) on the
+same queue with every GPU on one node (the old code has no nodes), and prints
+the ratio: the machine is shared, so only side-by-side figures compare.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import statistics
 import time
 from pathlib import Path
 import sys
+from dataclasses import replace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -27,23 +36,23 @@ NOW = 1_000_000.0
 TEAMS = [f"team{i}" for i in range(8)]
 
 
-def build(waiting: int, gpus: int, seed: int = 0) -> tuple[Snapshot, Policy]:
+def build(waiting: int, gpus: int, seed: int = 0, nodes: int = 32) -> tuple[Snapshot, Policy]:
     rng = random.Random(seed)
     quarter = gpus // 4
     spec = (f"{quarter}xA100-80GB,{quarter}xH100-80GB,{quarter}xV100-32GB,"
             f"{gpus - 3 * quarter}xL4-24GB")
-    cluster = list(make_gpus(spec))
+    cluster = _on_nodes(list(make_gpus(spec)), nodes)
     running = []
     busy = rng.sample(range(gpus), min(200, gpus))
     for n, index in enumerate(busy):
         mem = min(cluster[index].mem_total_gb, rng.choice([4, 7, 12, 18, 26]))
+        g = cluster[index]
         running.append(Segment(
             id=f"r{n}/s1", job_id=f"r{n}", team=rng.choice(TEAMS), tier=rng.choice(list(Tier)),
-            submitted_at=NOW - 9000, waiting_since=NOW - 5000, est_mem_gb=mem, gpu_indices=(index,),
+            submitted_at=NOW - 9000, waiting_since=NOW - 5000, est_mem_gb=mem, gpu_indices=(g.index,),
             started_at=NOW - rng.uniform(0, 1200), last_checkpoint_at=NOW - rng.uniform(0, 300),
-            epoch=rng.randint(0, 50), epochs=50))
-        g = cluster[index]
-        cluster[index] = type(g)(g.index, g.name, g.mem_total_gb, g.mem_total_gb - mem, g.speed, g.uuid)
+            epoch=rng.randint(0, 50), epochs=50, **_node_kw(g)))
+        cluster[index] = replace(g, mem_free_gb=g.mem_total_gb - mem)
     queue = [Segment(
         id=f"w{n}/s1", job_id=f"w{n}", team=rng.choice(TEAMS),
         tier=rng.choices(list(Tier), weights=[5, 15, 50, 30])[0],
@@ -58,27 +67,87 @@ def build(waiting: int, gpus: int, seed: int = 0) -> tuple[Snapshot, Policy]:
     return Snapshot(tuple(cluster), tuple(running), tuple(queue), usage, period), policy
 
 
+def _on_nodes(gpus: list, nodes: int) -> list:
+    """Deal the GPUs round-robin onto `nodes` nodes; indices restart at 0 on each node."""
+    if nodes <= 1:
+        return gpus
+    counts: dict[str, int] = {}
+    out = []
+    for n, g in enumerate(gpus):
+        node = f"node{n % nodes:02d}"
+        out.append(replace(g, node=node, index=counts.setdefault(node, 0)))
+        counts[node] += 1
+    return out
+
+
+def _node_kw(gpu) -> dict:
+    node = getattr(gpu, "node", None)
+    return {} if node is None or node == "local" else {"node": node}
+
+
+def _time(fn, snapshot, policy, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(snapshot, policy, NOW)
+        times.append(time.perf_counter() - start)
+    return sorted(times)
+
+
+def _p(times: list[float], q: float) -> float:
+    return times[min(len(times) - 1, round(q * (len(times) - 1)))]
+
+
+def _baseline(folder: str, waiting: int, gpus: int):
+    """The other copy's `decide` and its own snapshot types (one node: it has no nodes)."""
+    import importlib
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq")]:
+        del sys.modules[name]
+    sys.path.insert(0, folder)
+    try:
+        old = importlib.import_module("work_pools.policy")
+        builders = importlib.import_module("work_pools.policy.builders")
+        globals_backup = dict(globals())
+        globals().update(Policy=old.Policy, Quota=old.Quota, Segment=old.Segment,
+                         Snapshot=old.Snapshot, make_gpus=builders.make_gpus)
+        snapshot, policy = build(waiting, gpus, nodes=1)
+        globals().update(globals_backup)
+        return old.decide, snapshot, policy
+    finally:
+        sys.path.remove(folder)
+        for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq")]:
+            del sys.modules[name]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--gpus", type=int, default=256)
+    parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--baseline", metavar="DIR", help="another copy of the code to compare")
     args = parser.parse_args()
-    snapshot, policy = build(args.waiting, args.gpus)
+    old = _baseline(args.baseline, args.waiting, args.gpus) if args.baseline else None
+    snapshot, policy = build(args.waiting, args.gpus, nodes=args.nodes)
     decision = decide(snapshot, policy, NOW)  # warm-up
-    times = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        decide(snapshot, policy, NOW)
-        times.append(time.perf_counter() - start)
+    times, old_times = [], []
+    for _ in range(args.repeat):  # interleaved, so both see the same machine load
+        times += _time(decide, snapshot, policy, 1)
+        if old:
+            old_times += _time(*old, 1)
     times.sort()
+    old_times.sort()
     p50 = statistics.median(times)
-    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
     print(f"admitted {len(decision.admit)}, preempted {len(decision.preempt)}, "
           f"waiting {len(decision.waiting)}, quota breaches {len(decision.quota_breaches)}")
-    print(f"decide with {args.waiting} waiting on {args.gpus} GPUs "
+    if old:
+        base = statistics.median(old_times)
+        print(f"baseline {args.baseline} (1 node): p50 {base * 1000:.0f} ms, "
+              f"p95 {_p(old_times, 0.95) * 1000:.0f} ms; this / baseline = {p50 / base:.2f}")
+    print(f"decide with {args.waiting} waiting on {args.gpus} GPUs over {args.nodes} nodes "
           f"({len(snapshot.running)} running), {args.repeat} calls: "
-          f"p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms")
+          f"p50 {p50 * 1000:.0f} ms, p95 {_p(times, 0.95) * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

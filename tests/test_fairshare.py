@@ -86,7 +86,7 @@ def test_quota_breach_delays_the_team_until_the_period_ends():
     by_id = {j.id: j for j in result.jobs}
     steady_waits = [by_id[f"steady{i:03d}"].first_start - by_id[f"steady{i:03d}"].spec.submit_time
                     for i in range(6)]
-    assert max(steady_waits[:2]) <= 600  # both GPUs taken from the delayed team at once
+    assert max(sorted(steady_waits)[:2]) <= 600  # both GPUs taken from the delayed team at once
     assert max(steady_waits) <= 2 * 1800 + 600  # then back to back, burst never in between
     burst_before_next_day = sum(r.spec.duration_s for r in result.jobs
                                 if r.spec.team == "burst" and r.finish and r.finish < DAY)

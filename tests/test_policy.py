@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 
@@ -253,7 +254,8 @@ def test_seventy_percent_rule(held_share, short_waiting, winner):
     full = make_job("full").submitted(NOW - 9000).waiting_since(NOW).full(held_share * window)
     other = make_job("short").submitted(NOW - 10)
     other = other.short() if short_waiting else other.full(0)
-    decision = decide(snap(make_gpus("1xV100-32GB"), wait=[full, other]), POLICY, NOW)
+    submit_order = replace(POLICY, within_rank="submit")  # the rule alone, without SRPT
+    decision = decide(snap(make_gpus("1xV100-32GB"), wait=[full, other]), submit_order, NOW)
     assert list(admitted(decision)) == [winner]
     if winner == "short":
         assert "yielding to short experiments (held a GPU 80%" in decision.waiting["full/s1"]
@@ -309,9 +311,14 @@ def test_decide_does_not_mutate_its_input_and_is_deterministic():
 def test_eta_positions_and_interval():
     run = [running("r", 0, tier="normal").remaining(3600)]
     wait = [waiting("a", since=NOW - 100).remaining(1800), waiting("b", since=NOW - 50).remaining(600)]
-    etas = estimate(snap(used(run, "1xV100-32GB"), run, wait), Policy(fair_share=False), NOW)
+    snapshot = snap(used(run, "1xV100-32GB"), run, wait)
+    etas = estimate(snapshot, Policy(fair_share=False, within_rank="submit"), NOW)
     a, b = etas["a/s1"], etas["b/s1"]
     assert (a.position, b.position) == (1, 2)
     assert a.start_s == pytest.approx(NOW + 3600) and b.start_s == pytest.approx(NOW + 5400)
     for eta in (a, b):
         assert eta.start_low_s < eta.start_s < eta.start_high_s
+    srpt = estimate(snapshot, Policy(fair_share=False), NOW)  # the shorter job goes first
+    assert (srpt["b/s1"].position, srpt["a/s1"].position) == (1, 2)
+    assert srpt["b/s1"].start_s == pytest.approx(NOW + 3600)
+    assert srpt["a/s1"].start_s == pytest.approx(NOW + 4200)

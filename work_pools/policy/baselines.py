@@ -15,7 +15,8 @@ from dataclasses import replace
 
 from work_pools.policy.model import Policy
 
-_NO_EXTRAS = dict(fair_share=False, aging_step_s=0.0, long_job_share=0.0, fairshare_preempt_over=0.0)
+_NO_EXTRAS = dict(fair_share=False, aging_step_s=0.0, long_job_share=0.0, fairshare_preempt_over=0.0,
+                  within_rank="submit")
 
 
 def fifo(**overrides) -> Policy:

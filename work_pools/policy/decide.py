@@ -15,7 +15,6 @@ from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Se
                                      Snapshot)
 from work_pools.policy.ordering import Context, FairQueue, build_context
 from work_pools.policy.placement import GpuPool, describe
-from work_pools.policy.priority import preemption_rank
 from work_pools.policy.victims import Plan, VictimPlanner
 
 
@@ -24,15 +23,20 @@ class _FailureMemo:
     request of the same kind, no better rank, no fewer GPUs and no less memory fails too."""
 
     def __init__(self) -> None:
-        self._min_mem: dict[tuple, float] = {}
+        self._min_mem: dict[tuple, dict[tuple[int, int], float]] = {}
 
     def failed(self, kind: tuple, rank: int, gpus: int, mem_gb: float) -> bool:
-        return any(k == kind and r <= rank and g <= gpus and mem_gb >= m
-                   for (k, r, g), m in self._min_mem.items())
+        known = self._min_mem.get(kind)
+        if not known:
+            return False
+        exact = known.get((rank, gpus))
+        if exact is not None and mem_gb >= exact:
+            return True
+        return any(r <= rank and g <= gpus and mem_gb >= m for (r, g), m in known.items())
 
     def add(self, kind: tuple, rank: int, gpus: int, mem_gb: float) -> None:
-        key = (kind, rank, gpus)
-        self._min_mem[key] = min(mem_gb, self._min_mem.get(key, float("inf")))
+        known = self._min_mem.setdefault(kind, {})
+        known[(rank, gpus)] = min(mem_gb, known.get((rank, gpus), float("inf")))
 
 
 class _Round:
@@ -49,11 +53,30 @@ class _Round:
         self.waiting: dict[str, str] = {}
         self.no_fit = _FailureMemo()
         self.no_victims = _FailureMemo()
+        self._no_gpu: dict[tuple[int, float], str] = {}
 
     def run(self) -> Decision:
         for seg, rank in self.queue:
+            if self.exhausted(rank):
+                self.rest_wait()
+                break
             self.waiting_reason(seg, rank)
         return Decision(tuple(self.admit), tuple(self.preempt), self.waiting, self.ctx.breaches)
+
+    def exhausted(self, rank: int) -> bool:
+        """Nothing is free and nobody left may be preempted by this rank or any later one
+        (ranks only grow along the queue): every segment still queued waits."""
+        return not self.pool.any_free and self.planner.exhausted_for(rank)
+
+    def rest_wait(self) -> None:
+        """Reasons for every segment the queue has not reached (the order no longer matters:
+        a reason depends only on the segment and the exhausted pool)."""
+        admitted = {a.segment_id for a in self.admit}
+        for seg in self.queue.segments:
+            if seg.id in self.waiting or seg.id in admitted:
+                continue
+            possible = self.pool.could_ever_fit(seg)
+            self.waiting[seg.id] = self.why_waiting(seg) if possible else _too_big(seg, self.pool)
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""
@@ -69,29 +92,30 @@ class _Round:
         kind = ("small",) if small else ("whole",)
         if self.no_fit.failed(kind, 0, seg.gpus, seg.est_mem_gb):
             return False
-        indices = self.pool.find(seg)
-        if indices is None:
+        slots = self.pool.find(seg)
+        if slots is None:
             self.no_fit.add(kind, 0, seg.gpus, seg.est_mem_gb)
             return False
-        self.start(seg, indices, f"admitted on {describe(self.pool, indices)}")
+        self.start(seg, slots, f"admitted on {describe(self.pool, slots)}")
         return True
 
     def try_reduced(self, seg: Segment) -> bool:
         found = self.pool.find_reduced(seg)
         if found is None:
             return False
-        index, batch = found
-        reason = (f"admitted on {describe(self.pool, (index,))} with batch {batch} instead of "
+        slot, batch = found
+        reason = (f"admitted on {describe(self.pool, (slot,))} with batch {batch} instead of "
                   f"{seg.batch} (reduced to fit; resume is no longer exact)")
-        self.start(seg, (index,), reason, batch)
+        self.start(seg, (slot,), reason, batch)
         return True
 
-    def start(self, seg: Segment, indices: tuple[int, ...], reason: str,
+    def start(self, seg: Segment, slots: tuple[int, ...], reason: str,
               batch: int | None = None) -> None:
-        self.admit.append(Admission(seg.id, seg.job_id, indices, reason, batch))
+        node, indices = self.pool.node_and_indices(slots)
+        self.admit.append(Admission(seg.id, seg.job_id, indices, reason, batch, node))
         mem = seg.est_mem_gb if batch is None else seg.fixed_mem_gb + batch * seg.mem_per_image_gb
-        speed = min(self.pool.gpus[i].speed for i in indices)
-        self.pool.take(indices, seg.id, mem)
+        speed = min(self.pool.gpus[s].speed for s in slots)
+        self.pool.take(slots, seg.id, mem)
         self.queue.charge(seg.team, fairshare.tu(speed, self.policy.segment_s, seg.gpus))
 
     def try_preempt(self, seg: Segment, rank: int) -> bool:
@@ -99,8 +123,7 @@ class _Round:
             return False
         starved = self.ctx.ratios.get(seg.team, 0.0) <= self.policy.fairshare_preempt_under
         kind = (starved,)
-        rank = preemption_rank(seg, self.ctx.now, self.policy,
-                               delayed=seg.team in self.ctx.delayed_teams)
+        rank = self.queue.preemption_rank(seg, rank)
         if self.no_victims.failed(kind, rank, seg.gpus, seg.est_mem_gb):
             return False
         plan = self.planner.plan(seg, rank, self.pool)
@@ -123,9 +146,11 @@ class _Round:
             why = _victim_why(victim, seg, rank, self.ctx)
             reason = f"preempted by job {seg.job_id} ({label}) at epoch {victim.epoch + 1}{why}"
             self.preempt.append(Preemption(victim.id, victim.job_id, seg.id, seg.job_id, reason))
-        gpus = ", ".join(str(i) for i in plan.gpu_indices)
+        node, indices = self.pool.node_and_indices(plan.gpu_indices)
+        gpus = ", ".join(str(i) for i in indices)
+        where = f" on {node}" if self.pool.multi_node else ""
         jobs = ", ".join(asked + stopping)
-        self.waiting[seg.id] = (f"waiting: GPU {gpus} frees when job {jobs} "
+        self.waiting[seg.id] = (f"waiting: GPU {gpus}{where} frees when job {jobs} "
                                 f"stops at its epoch boundary")
 
     def why_waiting(self, seg: Segment) -> str:
@@ -137,15 +162,22 @@ class _Round:
             share = rules.held_share(seg, self.policy)
             return (f"waiting: yielding to short experiments (held a GPU {share:.0%} of the last "
                     f"{self.policy.long_job_window_s / 3600:.1f} h)")
-        gpus = "GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
-        return f"waiting: no {gpus} with {seg.est_mem_gb:.1f} GB free"
+        key = (seg.gpus, seg.est_mem_gb)
+        reason = self._no_gpu.get(key)
+        if reason is None:
+            gpus = "GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
+            reason = self._no_gpu[key] = f"waiting: no {gpus} with {seg.est_mem_gb:.1f} GB free"
+        return reason
 
 
 def _too_big(seg: Segment, pool: GpuPool) -> str:
     if seg.gpus > len(pool.totals_desc):
         return f"waiting: needs {seg.gpus} GPUs, the pool has {len(pool.totals_desc)}"
     largest = pool.totals_desc[0] if pool.totals_desc else 0.0
-    return f"waiting: needs {seg.est_mem_gb:.1f} GB per GPU; the largest GPU has {largest:.1f} GB"
+    if largest < seg.est_mem_gb or seg.gpus == 1 or not pool.multi_node:
+        return f"waiting: needs {seg.est_mem_gb:.1f} GB per GPU; the largest GPU has {largest:.1f} GB"
+    return (f"waiting: needs {seg.gpus} GPUs with {seg.est_mem_gb:.1f} GB on one node; "
+            f"no node has that many (a segment never spans nodes)")
 
 
 def _victim_why(victim: Segment, seg: Segment, rank: int, ctx: Context) -> str:

@@ -16,9 +16,15 @@ DELAYED_RANK = int(max(Tier)) + 1
 SHORT, FULL = "short", "full"
 
 
+LOCAL_NODE = "local"
+
+
 @dataclass(frozen=True)
 class Gpu:
-    """One device a segment can run on; a declared CPU slot is a Gpu named "CPU"."""
+    """One device a segment can run on; a declared CPU slot is a Gpu named "CPU".
+
+    A GPU is identified by (node, index): `index` is its index on its node (what
+    `CUDA_VISIBLE_DEVICES` takes there). Single-node callers leave `node` alone."""
 
     index: int
     name: str
@@ -26,6 +32,11 @@ class Gpu:
     mem_free_gb: float
     speed: float = 1.0  # relative to a V100, from yoloq.gpus
     uuid: str = ""
+    node: str = LOCAL_NODE
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.node, self.index)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class Segment:
     started_at: float | None = None
     last_checkpoint_at: float | None = None
     stopping: bool = False  # a preemption was already requested
+    node: str = LOCAL_NODE  # where a running segment's `gpu_indices` are
+    measured_epoch_s: float | None = None  # mean measured epoch time at speed 1.0 (SRPT)
 
     @property
     def running(self) -> bool:
@@ -122,6 +135,10 @@ class Policy:
     segment_s: float = 600.0  # expected segment length (fair share charge, ETA)
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     eta_sigma: float = 0.5  # lognormal sigma of duration estimates (ETA interval)
+    within_rank: str = "srpt"  # order inside a rank and team: "srpt" or "submit"
+    srpt_aging_s: float = 3600.0  # SRPT aging: remaining work / (1 + waited / this); 0 = off
+    soft_preemption: bool = False  # throttle a lower-tier job instead of evicting it
+    soft_min_batch: int = 2  # a throttled victim never trains below this batch
 
     def weight(self, team: str) -> float:
         return self.team_weights.get(team, 1.0)
@@ -134,6 +151,7 @@ class Admission:
     gpu_indices: tuple[int, ...]
     reason: str
     batch: int | None = None  # set when the segment runs with a reduced batch
+    node: str = LOCAL_NODE  # `gpu_indices` are indices on this node (one node per segment)
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,23 @@ class Preemption:
     job_id: str
     by_segment_id: str
     by_job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Soft preemption: `for_segment_id` shares the GPU of `victim_segment_id`, whose batch
+    drops to `new_batch` at its next epoch boundary (gradient accumulation keeps the
+    effective batch `nbs`: accumulate = max(round(nbs / new_batch), 1))."""
+
+    victim_segment_id: str
+    victim_job_id: str
+    new_batch: int
+    old_batch: int
+    for_segment_id: str
+    for_job_id: str
+    node: str
+    gpu_index: int
     reason: str
 
 
@@ -161,3 +196,4 @@ class Decision:
     preempt: tuple[Preemption, ...] = ()
     waiting: dict[str, str] = field(default_factory=dict)  # segment id -> reason
     quota_breaches: tuple[QuotaBreach, ...] = ()
+    throttle: tuple[Throttle, ...] = ()  # soft preemptions (policy.soft_preemption)

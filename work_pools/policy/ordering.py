@@ -6,7 +6,10 @@ other segment of its rank, whatever its team's usage. Inside a bucket, with
 fair share on, the next segment comes from the team with the lowest weighted
 usage: decayed TU, plus what its running segments will use in the next
 `segment_s`, plus what was admitted earlier in this round (`charge`). Inside a
-team: submission order, then id.
+team: with `within_rank="srpt"` (yoloq's default) the least estimated remaining
+work first (`remaining_work`: GPUs x remaining seconds, from measured epoch
+times when known), aged by waiting (`srpt_key`); with "submit", submission
+order. Ties: submission order, then id.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from work_pools.policy import fairshare, rules
-from work_pools.policy.model import Policy, QuotaBreach, Snapshot, Segment
+from work_pools.policy.model import DELAYED_RANK, Policy, QuotaBreach, Snapshot, Segment
 from work_pools.policy.priority import effective_priority, is_starving
 
 _ALL = "*"  # the single queue used when fair share is off
@@ -42,15 +45,34 @@ def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
     delayed = frozenset(b.team for b in breaches)
     ranks = {s.id: effective_priority(s, now, policy, delayed=s.team in delayed)
              for s in (*snapshot.running, *snapshot.waiting)}
-    teams = {s.team for s in (*snapshot.running, *snapshot.waiting)}
+    teams = {s.team for s in snapshot.running} | {s.team for s in snapshot.waiting}
     ratios = fairshare.share_ratios(snapshot.team_usage_tu, teams, policy)
     usage = {t: snapshot.team_usage_tu.get(t, 0.0) for t in teams}
-    speeds = {g.index: g.speed for g in snapshot.gpus}
+    speeds = {g.key: g.speed for g in snapshot.gpus}
     for seg in snapshot.running:
-        speed = min((speeds.get(i, 1.0) for i in seg.gpu_indices), default=1.0)
+        speed = min((speeds.get((seg.node, i), 1.0) for i in seg.gpu_indices), default=1.0)
         usage[seg.team] += fairshare.tu(speed, policy.segment_s, seg.gpus)
     short_ranks = frozenset(ranks[s.id] for s in snapshot.waiting if rules.is_short(s))
     return Context(now, policy, breaches, delayed, ranks, ratios, usage, short_ranks)
+
+
+def remaining_work(seg: Segment) -> float:
+    """GPU-seconds (speed 1.0) the job still needs: measured epoch time x epochs left when
+    the job has run an epoch, else the analysis estimate."""
+    if seg.measured_epoch_s and seg.epochs:
+        seconds = seg.measured_epoch_s * max(seg.epochs - seg.epoch, 0)
+    else:
+        seconds = seg.est_remaining_s
+    return seg.gpus * seconds
+
+
+def srpt_key(seg: Segment, now: float, policy: Policy) -> float:
+    """Shortest remaining work first, aged: the work shrinks by a factor 1 + waited /
+    `srpt_aging_s`, so a long job that waits overtakes new short work eventually (and
+    the starvation bound of `priority` still applies on top)."""
+    waited = max(0.0, now - seg.waiting_since)
+    aging = 1.0 + waited / policy.srpt_aging_s if policy.srpt_aging_s > 0 else 1.0
+    return remaining_work(seg) / aging
 
 
 class FairQueue:
@@ -58,18 +80,34 @@ class FairQueue:
 
     def __init__(self, waiting: tuple[Segment, ...], ctx: Context) -> None:
         self.ctx = ctx
+        self.segments = waiting
         self.usage = dict(ctx.usage)
         self.yielding: set[str] = set()
+        self.starving: set[str] = set()
+        policy, now, ranks, short_ranks = ctx.policy, ctx.now, ctx.ranks, ctx.short_ranks
+        srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
+        fair = policy.fair_share
+        seventy = rules.long_job_rule_on(policy) and bool(short_ranks)
+        aging = policy.ordering == "tier" and policy.aging_step_s > 0
         buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for seg in waiting:
-            rank = ctx.ranks[seg.id]
-            yields = rules.yields_to_short(seg, rank in ctx.short_ranks, ctx.policy)
+            rank = ranks[seg.id]
+            yields = seventy and rank in short_ranks and rules.yields_to_short(seg, True, policy)
             if yields:
                 self.yielding.add(seg.id)
-            team = seg.team if ctx.policy.fair_share else _ALL
-            starving = is_starving(seg, ctx.now, ctx.policy)
-            buckets[(rank, not starving, yields)][team].append(((seg.submitted_at, seg.id), seg))
+            starving = aging and is_starving(seg, now, policy)
+            if starving:
+                self.starving.add(seg.id)
+            key = ((srpt_key(seg, now, policy) if srpt else 0.0), seg.submitted_at, seg.id)
+            buckets[(rank, not starving, yields)][seg.team if fair else _ALL].append((key, seg))
         self.buckets = buckets
+
+    def preemption_rank(self, seg: Segment, rank: int) -> int:
+        """`priority.preemption_rank`, from what this queue already resolved."""
+        policy = self.ctx.policy
+        if policy.ordering != "tier" or rank >= DELAYED_RANK or seg.id in self.starving:
+            return rank
+        return int(seg.tier)
 
     def charge(self, team: str, amount_tu: float) -> None:
         self.usage[team] = self.usage.get(team, 0.0) + amount_tu
@@ -81,7 +119,8 @@ class FairQueue:
 
     def __iter__(self) -> Iterator[tuple[Segment, int]]:
         for (rank, *_), teams in sorted(self.buckets.items()):
-            queues = {t: deque(seg for _, seg in sorted(items)) for t, items in teams.items()}
+            queues = {t: deque(seg for _, seg in sorted(items, key=_first))
+                      for t, items in teams.items()}
             heap = [(self._level(t), t) for t in queues]
             heapq.heapify(heap)
             while heap:
@@ -89,3 +128,7 @@ class FairQueue:
                 yield queues[team].popleft(), rank
                 if queues[team]:
                     heapq.heappush(heap, (self._level(team), team))
+
+
+def _first(item: tuple) -> tuple:
+    return item[0]

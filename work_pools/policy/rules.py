@@ -72,11 +72,13 @@ def reduced_batch(seg: Segment, free_gb: float, policy: Policy) -> int | None:
     return batch if batch >= max(1, policy.min_reduced_batch) else None
 
 
-def victim_key(victim: Segment, rank: int) -> tuple:
-    """Victim preference, best victim first: already stopping, lowest priority, newest
-    checkpoint (least work lost), least progressed, then id (deterministic)."""
+def victim_key(victim: Segment, rank: int, now: float | None = None) -> tuple:
+    """Victim preference, best victim first: already stopping, lowest priority, least work
+    lost (GPU-seconds since its last checkpoint; without `now`: the newest checkpoint),
+    least progressed, then id (deterministic)."""
     checkpoint = victim.last_checkpoint_at if victim.last_checkpoint_at is not None else float("-inf")
-    return (not victim.stopping, -rank, -checkpoint, victim.progress, victim.id)
+    lost = -checkpoint if now is None else (now - checkpoint) * max(1, len(victim.gpu_indices))
+    return (not victim.stopping, -rank, lost, victim.progress, victim.id)
 
 
 def rank_label(rank: int, policy: Policy) -> str:

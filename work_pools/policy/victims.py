@@ -1,17 +1,19 @@
 """Preemption planning: which running segments to stop so a waiting one fits.
 
-Victims are tried in `rules.victim_key` order (already stopping, lowest
-priority, newest checkpoint, least progressed, id), adding the freed memory
-GPU by GPU until the waiting segment would fit; victims that turn out not to
-sit on the chosen GPUs are dropped again. Nothing is preempted unless the
-segment then fits. Segments inside their minimum runtime are never victims.
+Victims are tried across the whole pool in `rules.victim_key` order (already
+stopping, lowest priority, least work lost since the last checkpoint, least
+progressed, id), adding the freed memory GPU by GPU until the waiting segment
+would fit on one node (free GPUs of that node count first); victims that turn
+out not to sit on the chosen GPUs are dropped again. Nothing is preempted
+unless the segment then fits. Segments inside their minimum runtime are never
+victims. GPUs are pool slots (`placement.GpuPool`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from work_pools.policy import rules
 from work_pools.policy.model import Policy, Segment
@@ -24,16 +26,50 @@ class Plan:
     victims: tuple[Segment, ...]
 
 
+@dataclass
+class _NodeState:
+    """One node's greedy victim choice during `VictimPlanner.plan`."""
+
+    ready: list[int]
+    freed: dict[int, float] = field(default_factory=lambda: defaultdict(float))
+    evicted: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    opened: list[int] = field(default_factory=list)
+    chosen: list[tuple[Segment, list[int]]] = field(default_factory=list)
+    done: bool = False
+
+    def plan(self, need: int) -> Plan:
+        used = set(self.opened[:need - len(self.ready)])
+        victims = tuple(v for v, slots in self.chosen if used.intersection(slots))
+        return Plan(tuple(self.ready) + tuple(s for s in self.opened if s in used), victims)
+
+
 class VictimPlanner:
     def __init__(self, running: Iterable[Segment], ranks: Mapping[str, int],
                  ratios: Mapping[str, float], now: float, policy: Policy) -> None:
         self.ranks = ranks
         self.ratios = ratios
         self.policy = policy
+        self.now = now
         eligible = [v for v in running if v.stopping or (
             policy.preemption and not rules.protected_by_min_runtime(v, now, policy))]
-        self.order = sorted(eligible, key=lambda v: rules.victim_key(v, ranks[v.id]))
+        self.order = sorted(eligible, key=lambda v: rules.victim_key(v, ranks[v.id], now))
         self.taken: set[str] = set()
+        self._head = 0  # self.order[:_head] are all taken
+        self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
+
+    def exhausted_for(self, rank: int) -> bool:
+        """True when no segment of rank >= `rank` can preempt anyone any more this round
+        (no victim left that is stopping, ranks lower, or is a fair-share target)."""
+        order, taken = self.order, self.taken
+        while self._head < len(order) and order[self._head].id in taken:
+            self._head += 1
+        if self._head == len(order):
+            return True
+        first = order[self._head]  # stopping first, then the lowest priority (largest rank)
+        if first.stopping:
+            return False
+        top = self.ranks[first.id]
+        return top < rank or (top == rank and not self._fair_share_equal)
 
     def may_preempt(self, seg: Segment, rank: int, victim: Segment) -> bool:
         if victim.stopping:
@@ -45,30 +81,50 @@ class VictimPlanner:
             self.ratios.get(seg.team, 0.0), self.ratios.get(victim.team, 0.0), self.policy)
 
     def plan(self, seg: Segment, rank: int, pool: GpuPool) -> Plan | None:
-        allow_shared = self.policy.share_gpus and seg.gpus == 1
-        ready = pool.fitting_free(seg.est_mem_gb, seg.gpus, allow_shared)
-        freed: dict[int, float] = defaultdict(float)
-        evicted: dict[int, int] = defaultdict(int)
-        opened: list[int] = []
-        chosen: list[Segment] = []
+        """The cheapest victim set: per node, victims in `victim_key` order until the segment
+        fits there (a single GPU: the first fit is the cheapest); with several candidate
+        nodes for a gang, the node whose set `set_cost` is lowest."""
+        need = seg.gpus
+        allow_shared = self.policy.share_gpus and need == 1
+        ready = pool.fitting_by_node(seg.est_mem_gb, allow_shared) if need > 1 else {}
+        states: dict[str, _NodeState] = {}
+        best: tuple[tuple, Plan] | None = None
         for victim in self.order:
             if victim.id in self.taken or not self.may_preempt(seg, rank, victim):
                 continue
-            chosen.append(victim)
-            for i in victim.gpu_indices:
-                if i in pool.reserved or i not in pool.gpus or i in opened:
+            node = victim.node
+            state = states.setdefault(node, _NodeState(ready.get(node, [])[:need]))
+            if state.done:
+                continue
+            slots = pool.slots(victim)
+            state.chosen.append((victim, slots))
+            for s in slots:
+                if s in pool.reserved or s in state.opened:
                     continue
-                freed[i] += victim.est_mem_gb
-                evicted[i] += 1
-                if self._fits_after(pool, i, freed[i], evicted[i], seg):
-                    opened.append(i)
-            if len(ready) + len(opened) >= seg.gpus:
-                break
-        else:
-            return None
-        used = opened[:seg.gpus - len(ready)]
-        needed = tuple(v for v in chosen if set(v.gpu_indices) & set(used))
-        return Plan(tuple(ready) + tuple(used), needed)
+                state.freed[s] += victim.est_mem_gb
+                state.evicted[s] += 1
+                if self._fits_after(pool, s, state.freed[s], state.evicted[s], seg):
+                    state.opened.append(s)
+            if len(state.ready) + len(state.opened) < need:
+                continue
+            state.done = True
+            found = state.plan(need)
+            if need == 1 or not pool.multi_node:
+                return found
+            cost = self.set_cost(found)
+            if best is None or cost < best[0]:
+                best = (cost, found)
+        return best[1] if best else None
+
+    def set_cost(self, plan: Plan) -> tuple:
+        """Lower tier first (the most urgent victim harmed ranks as low as possible), then the
+        least work lost (GPU-seconds since the victims' checkpoints), then fewest victims."""
+        harmed = [v for v in plan.victims if not v.stopping]
+        top = min((self.ranks[v.id] for v in harmed), default=10 ** 6)
+        lost = sum(len(v.gpu_indices) * (self.now - v.last_checkpoint_at
+                                         if v.last_checkpoint_at is not None else 1e12)
+                   for v in harmed)
+        return (-top, lost, len(harmed))
 
     def _fits_after(self, pool: GpuPool, i: int, freed: float, evicted: int, seg: Segment) -> bool:
         if pool.free[i] + freed < seg.est_mem_gb:

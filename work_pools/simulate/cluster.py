@@ -75,9 +75,9 @@ def _build(parts: list[tuple[str, int]]) -> tuple[Gpu, ...]:
     for name, count in parts:
         try:
             kind = lookup(name)
-        except KeyError:
-            raise UserError("--cluster", f"unknown GPU type {name!r}",
-                            "use a name from yoloq.gpus, e.g. A100-80GB") from None
+        except KeyError as exc:
+            hint = getattr(exc, "hint", "use a name from yoloq.gpus, e.g. A100-80GB")
+            raise UserError("--cluster", f"unknown GPU type {name!r}", hint) from None
         for _ in range(count):
             i = len(gpus)
             gpus.append(Gpu(i, kind.name, kind.mem_gb, kind.mem_gb, kind.speed, f"SIM-{i:04d}"))

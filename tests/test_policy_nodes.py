@@ -1,0 +1,122 @@
+"""The node dimension of the pure policy (issue 8): a GPU is (node, index), a segment runs
+on one node, free GPUs anywhere come before preemption, victims are the cheapest pool-wide."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from work_pools.policy import Gpu, Policy, Snapshot, decide
+from work_pools.policy.builders import make_gpus, make_job
+
+NOW = 100_000.0
+POLICY = Policy(min_runtime_s=300, aging_step_s=3600)
+
+
+def nodes(**spec: str) -> tuple[Gpu, ...]:
+    """nodes(a="2xA100-80GB", b="1xV100-32GB"): indices restart at 0 on each node."""
+    return tuple(replace(g, node=name) for name, s in spec.items() for g in make_gpus(s))
+
+
+def run_on(job_id: str, node: str, *indices: int, tier="low", mem=8.0, ckpt=NOW - 60):
+    seg = (make_job(job_id).tier(tier).mem(mem)
+           .running_on(*indices, started=NOW - 1000, checkpoint=ckpt).obj())
+    return replace(seg, node=node)
+
+
+def wait(job_id: str, tier="normal", gpus=1, mem=8.0):
+    return make_job(job_id).tier(tier).mem(mem).gpus(gpus).submitted(NOW - 10).obj()
+
+
+def snapshot(gpus, running=(), waiting=()) -> Snapshot:
+    used: dict[tuple[str, int], float] = {}
+    for seg in running:
+        for i in seg.gpu_indices:
+            used[(seg.node, i)] = used.get((seg.node, i), 0.0) + seg.est_mem_gb
+    gpus = tuple(replace(g, mem_free_gb=g.mem_total_gb - used.get(g.key, 0.0)) for g in gpus)
+    return Snapshot(gpus, tuple(running), tuple(waiting))
+
+
+def test_existing_callers_see_one_local_node():
+    decision = decide(snapshot(make_gpus("2xV100-32GB"), waiting=[wait("j")]), POLICY, NOW)
+    (admission,) = decision.admit
+    assert admission.node == "local" and admission.gpu_indices == (0,)
+    assert "on local" not in admission.reason
+
+
+@pytest.mark.parametrize("gpus, expect_node, expect_indices", [
+    pytest.param(2, "a", (0, 1), id="gang-on-the-node-that-has-enough"),
+    pytest.param(3, "a", (0, 1, 2), id="gang-takes-a-whole-node"),
+    pytest.param(4, None, None, id="gang-never-spans-nodes"),
+])
+def test_gang_gets_gpus_on_one_node(gpus, expect_node, expect_indices):
+    pool = nodes(a="3xA100-80GB", b="1xA100-80GB")
+    decision = decide(snapshot(pool, waiting=[wait("g", gpus=gpus)]), POLICY, NOW)
+    if expect_node is None:
+        assert not decision.admit
+        assert "on one node" in decision.waiting["g/s1"]
+    else:
+        (admission,) = decision.admit
+        assert (admission.node, admission.gpu_indices) == (expect_node, expect_indices)
+
+
+def test_gang_skips_a_node_with_too_few_free_gpus():
+    pool = nodes(a="2xA100-80GB", b="2xA100-80GB")
+    busy = run_on("r", "a", 0, tier="urgent")
+    decision = decide(snapshot(pool, [busy], [wait("g", gpus=2)]), POLICY, NOW)
+    (admission,) = decision.admit
+    assert (admission.node, admission.gpu_indices) == ("b", (0, 1))
+    assert "on b" in admission.reason
+
+
+def test_issue_8_scenario_preempts_only_the_low_job():
+    """low on A, normal on B, one slot each; an urgent job preempts the low one, nobody else."""
+    pool = nodes(A="1xV100-32GB", B="1xV100-32GB")
+    running = [run_on("low", "A", 0, tier="low"), run_on("normal", "B", 0, tier="normal")]
+    decision = decide(snapshot(pool, running, [wait("urgent", tier="urgent")]), POLICY, NOW)
+    assert [p.job_id for p in decision.preempt] == ["low"]
+    assert "GPU 0 on A frees when job low stops" in decision.waiting["urgent/s1"]
+
+
+def test_a_free_gpu_anywhere_comes_before_preemption():
+    pool = nodes(A="1xV100-32GB", B="1xV100-32GB", C="1xV100-32GB")
+    running = [run_on("low", "A", 0, tier="low"), run_on("normal", "B", 0, tier="normal")]
+    decision = decide(snapshot(pool, running, [wait("urgent", tier="urgent")]), POLICY, NOW)
+    assert not decision.preempt
+    (admission,) = decision.admit
+    assert (admission.node, admission.gpu_indices) == ("C", (0,))
+
+
+@pytest.mark.parametrize("victims, expected", [
+    pytest.param([("x", "A", "normal", NOW - 60), ("y", "B", "low", NOW - 500)], "y",
+                 id="lower-tier-first-whatever-the-work-lost"),
+    pytest.param([("x", "A", "low", NOW - 500), ("y", "B", "low", NOW - 30)], "y",
+                 id="then-least-work-lost"),
+    pytest.param([("x", "A", "low", NOW - 30), ("y", "B", "low", NOW - 500)], "x",
+                 id="least-work-lost-on-any-node"),
+])
+def test_cheapest_victim_across_the_pool(victims, expected):
+    pool = nodes(A="1xV100-32GB", B="1xV100-32GB")
+    running = [run_on(j, n, 0, tier=t, ckpt=c) for j, n, t, c in victims]
+    decision = decide(snapshot(pool, running, [wait("u", tier="urgent")]), POLICY, NOW)
+    assert [p.job_id for p in decision.preempt] == [expected]
+
+
+def test_gang_preemption_stays_on_one_node_and_uses_its_free_gpu():
+    """a: one free GPU + a low job; b: two low jobs with older checkpoints. A 2-GPU urgent
+    job needs only the low job on a (one victim), not two on b."""
+    pool = nodes(a="2xA100-80GB", b="2xA100-80GB")
+    running = [run_on("la", "a", 1, ckpt=NOW - 10), run_on("lb0", "b", 0, ckpt=NOW - 5),
+               run_on("lb1", "b", 1, ckpt=NOW - 5)]
+    decision = decide(snapshot(pool, running, [wait("u", tier="urgent", gpus=2)]), POLICY, NOW)
+    assert [p.job_id for p in decision.preempt] == ["la"]
+    assert "GPU 0, 1 on a" in decision.waiting["u/s1"]
+
+
+def test_same_index_on_two_nodes_are_different_gpus():
+    pool = nodes(a="1xV100-32GB", b="1xV100-32GB")
+    running = [run_on("r", "a", 0, tier="urgent", mem=30.0)]
+    decision = decide(snapshot(pool, running, [wait("w", mem=20.0)]), POLICY, NOW)
+    (admission,) = decision.admit
+    assert (admission.node, admission.gpu_indices) == ("b", (0,))
