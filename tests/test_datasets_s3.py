@@ -8,6 +8,8 @@ dataset in use; a partial copy is never used; a real segment trains from an s3:/
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -358,3 +360,58 @@ def test_two_segments_syncing_at_once_copy_once(s3, bucket, local_dataset, tmp_p
     assert (results[0].folder / MANIFEST).is_file()
     for result in results:
         result.lease.release()
+
+
+# ---------------------------------------------------------------- a real segment
+
+_SEGMENT = """
+import json, sys
+from flows.segment import train_segment
+job_id, spec, stop = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+state = train_segment(job_id, spec, stop, return_state=True)
+print("RESULT " + json.dumps({"type": state.type.value, "result": state.result(raise_on_failure=False)},
+                             default=str), flush=True)
+"""
+
+
+@pytest.mark.training
+def test_segments_train_from_an_s3_dataset_through_the_node_cache(s3, bucket, local_dataset, tmp_path):
+    """Two `train-segment` flow runs on one node: the first copies the dataset, the second reuses
+    it and finishes the job (evaluation reads the cached copy too). Checkpoints go to S3."""
+    from blocks.checkpoints import store_from_uri
+    from yoloq.analysis.fingerprint import read_header
+
+    uri = upload(s3, bucket, local_dataset)
+    job_id = f"s3data-{uuid.uuid4().hex[:8]}"
+    spec = {"name": "s3data", "team": "vision", "priority": "normal", "model": "yolov8n.yaml", "data": uri,
+            "epochs": 2, "imgsz": 32, "batch": 4, "segment_epochs": 1, "export": [],
+            "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
+    node = tmp_path / "node"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_URL")}
+    env.update(YOLOQ_HOME=str(node), PREFECT_HOME=str(node / "prefect"), YOLOQ_DATASET_CACHE_GB="1",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240")  # a busy 2-core host
+
+    def segment(stop: int) -> tuple[dict[str, Any], str]:
+        out = subprocess.run([sys.executable, "-c", _SEGMENT, job_id, json.dumps(spec), str(stop)], cwd=REPO,
+                             env=env, capture_output=True, text=True, timeout=500)
+        assert out.returncode == 0, out.stderr[-3000:]
+        line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+        return json.loads(line.removeprefix("RESULT ")), out.stdout + out.stderr
+
+    first, log1 = segment(1)
+    assert first["type"] == "COMPLETED" and first["result"]["epochs_done"] == 1, log1[-3000:]
+    folders = [p for p in (node / "scratch" / "datasets").iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1 and (folders[0] / MANIFEST).is_file()
+    assert f"dataset {uri}: copied to {folders[0]}" in log1
+
+    store = store_from_uri(os.environ["YOLOQ_CHECKPOINT_URI"])
+    restored = store.restore(job_id, tmp_path / "restore")
+    assert restored is not None and restored.info.epoch == 1, "the checkpoint is in S3"
+    assert read_header(restored.path)["train_args"]["data"] == str(folders[0] / "data.yaml")
+
+    second, log2 = segment(2)
+    assert second["type"] == "COMPLETED" and second["result"]["finished"] is True, log2[-3000:]
+    assert f"dataset {uri}: reusing {folders[0]}" in log2
+    assert "copying" not in log2.split("reusing")[0].split(f"dataset {uri}:")[-1]
+    assert second["result"]["evaluation"]["metrics"], "evaluation ran on the cached copy"
+    store.delete_job(job_id)
