@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corpus.build import build_case, load_manifest, write_fake_checkpoints
+from corpus.build import argv_for, build_case, load_manifest, write_fake_checkpoints
 from yoloq import cli, gpus
 from yoloq.analysis import analyse, analyse_file, validate_dataset
 from yoloq.analysis import classify, estimates
@@ -51,7 +51,10 @@ def _segment_checkpoint(path: Path) -> Path:
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = cli.main(argv)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse: usage errors and --help
+        code = exc.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -59,7 +62,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 @pytest.mark.parametrize("case", [pytest.param(c, id=c["id"]) for c in MANIFEST["cases"]])
 def test_corpus_case_fails_with_one_clear_line(case, corpus_dataset, corpus_checkpoints, tmp_path, capsys):
     spec, extra = build_case(case, MANIFEST["base_spec"], corpus_dataset, tmp_path, corpus_checkpoints)
-    code, out, err = _cli(["analyse", str(spec), *extra], capsys)
+    code, out, err = _cli(argv_for(case, spec, extra), capsys)
     assert code == 2, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err

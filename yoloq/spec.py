@@ -7,6 +7,7 @@ model are checked by `yoloq.analysis`, which also needs no torch.
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import os
 import re
@@ -158,10 +159,19 @@ def load_spec(path: str | Path) -> JobSpec:
     """Load and validate a spec file. Raises SpecError with one clear line."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError("spec", f"file not found: {path}", "give the path to a YAML or JSON job spec")
+        what = "symlink loop" if _is_loop(path) else "not a file" if path.exists() else "file not found"
+        raise SpecError("spec", f"{what}: {path}", "give the path to a YAML or JSON job spec")
     raw = _parse(path)
     spec = parse_spec(raw, base_dir=path.parent)
     return spec
+
+
+def _is_loop(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def parse_spec(raw: Any, base_dir: Path | None = None) -> JobSpec:

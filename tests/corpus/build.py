@@ -21,6 +21,26 @@ def load_manifest() -> dict[str, Any]:
 def build_case(case: dict[str, Any], base_spec: dict[str, Any], dataset: Path, where: Path,
                checkpoints: dict[str, Path]) -> tuple[Path, list[str]]:
     """Write the case under `where`; return (spec path, extra CLI args)."""
+    spec_path, extra = _build(case, base_spec, dataset, where, checkpoints)
+    for rel, target in case.get("symlink", {}).items():
+        link = where / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.exists() or link.is_symlink():
+            shutil.rmtree(link) if link.is_dir() and not link.is_symlink() else link.unlink()
+        link.symlink_to(target)
+    return spec_path, extra
+
+
+def argv_for(case: dict[str, Any], spec: Path, extra: list[str]) -> list[str]:
+    """The command line: `analyse SPEC ARGS...`, or the case's own `argv` with {spec}, {ds}, {tmp} filled in."""
+    if "argv" not in case:
+        return ["analyse", str(spec), *extra]
+    where = spec.parent
+    return [str(a).format(spec=spec, ds=where / "ds", tmp=where) for a in case["argv"]]
+
+
+def _build(case: dict[str, Any], base_spec: dict[str, Any], dataset: Path, where: Path,
+           checkpoints: dict[str, Path]) -> tuple[Path, list[str]]:
     ds = where / "ds"
     shutil.copytree(dataset, ds)
     _mutate_dataset(case, ds)
@@ -32,7 +52,10 @@ def build_case(case: dict[str, Any], base_spec: dict[str, Any], dataset: Path, w
     for key in case.get("spec_del", []):
         spec.pop(key, None)
     spec_path = where / case.get("spec_name", "job.yaml")
-    spec_path.write_text(case["spec_text"] if "spec_text" in case else yaml.safe_dump(spec, sort_keys=False))
+    if "spec_bytes" in case:
+        spec_path.write_bytes(bytes.fromhex(case["spec_bytes"]))
+    else:
+        spec_path.write_text(case["spec_text"] if "spec_text" in case else yaml.safe_dump(spec, sort_keys=False))
     return spec_path, [str(a) for a in case.get("args", [])]
 
 

@@ -120,7 +120,7 @@ def check_names(data: dict[str, Any]) -> tuple[str, ...]:
         raise DatasetError("data.names", "missing", "add `names:` with one name per class")
     if isinstance(names, dict):
         try:
-            keyed = {int(k): str(v) for k, v in names.items()}
+            keyed = {int(k): v for k, v in names.items()}
         except (TypeError, ValueError):
             raise DatasetError("data.names", "keys must be class indices 0, 1, ...",
                                "write `names: {0: cat, 1: dog}` or a list") from None
