@@ -14,13 +14,14 @@ from yoloq.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     sub = parser.add_subparsers(dest="alerts_target", required=True, metavar="TARGET")
     hook = sub.add_parser("webhook", help="POST a JSON notification {subject, body} to a URL")
     hook.add_argument("url", help="http(s) URL that receives the notifications")
     block = sub.add_parser("block", help="use a saved Prefect notification block")
     block.add_argument("name", help="block name: TYPE-SLUG/NAME (e.g. slack-webhook/oncall), "
                                     "or a custom-webhook block's name")
+    for target in (hook, block):
+        target.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
