@@ -16,7 +16,12 @@ class UserError(Exception):
 
     def line(self) -> str:
         text = f"{self.field}: {self.problem}"
-        return f"{text} (fix: {self.fix})" if self.fix else text
+        return one_line(f"{text} (fix: {self.fix})" if self.fix else text)
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline inside a user's value) written as escapes: the line stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class SpecError(UserError):
