@@ -2,7 +2,9 @@
 
 A checkpoint is two objects under `<job_id>/`: the data
 (`epoch-000012-<sha256[:12]>.pt`) and, written strictly after it, the metadata
-(`epoch-000012.json`: epoch, sha256, size, data key). Readers only trust metadata,
+(`epoch-000012.json`: epoch, sha256, size, data key, `finished`, and the job's epoch
+ledger `trainings`: one row per epoch trained, carried forward from checkpoint to
+checkpoint, so a retrained epoch shows as two rows). Readers only trust metadata,
 so a checkpoint whose data is still being written (or whose writer died) is
 invisible, and a stored file that no longer matches its sha256 is skipped with a
 warning in favour of the previous one. Keys sort by epoch (zero-padded).
@@ -19,6 +21,7 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -35,10 +38,39 @@ _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DATA_NAME = re.compile(r"^epoch-(\d{6,})-[0-9a-f]{12}\.pt$")
 _META_NAME = re.compile(r"^epoch-(\d{6,})\.json$")
 _CHUNK = 1024 * 1024
+RETRY_ENV = "YOLOQ_STORE_RETRY_S"
+DEFAULT_RETRY_S = 120.0
+
+
+def store_retry_limit_s() -> float:
+    """How long a checkpoint save is retried before the segment gives up (the documented limit)."""
+    raw = os.environ.get(RETRY_ENV)
+    try:
+        return float(raw) if raw else DEFAULT_RETRY_S
+    except ValueError:
+        raise ValueError(f"{RETRY_ENV}={raw!r} is not a number of seconds") from None
 
 
 class MissingObject(Exception):
     """A backend found no object under the key (deleted or never written)."""
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One training of one epoch: the epoch ledger's row. A repeat shows as two rows."""
+
+    job_id: str
+    epoch: int  # 1-based: the epoch that ended
+    segment: str  # the segment's flow run id (or "local")
+    node: str  # YOLOQ_NODE_NAME, else the hostname
+    start: str  # ISO 8601, UTC
+    end: str
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EpochRecord":
+        return cls(job_id=str(data["job_id"]), epoch=int(data["epoch"]),
+                   segment=str(data["segment"]), node=str(data["node"]),
+                   start=str(data["start"]), end=str(data["end"]))
 
 
 @dataclass(frozen=True)
@@ -49,15 +81,21 @@ class CheckpointInfo:
     size: int
     key: str  # data object key, relative to the store root
     created_at: str  # ISO 8601, UTC
+    finished: bool = False  # all epochs trained (or early-stopped): evaluate/export may remain
+    trainings: tuple[EpochRecord, ...] = ()  # the job's epoch ledger up to this checkpoint
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        data = asdict(self)
+        data["trainings"] = [asdict(t) for t in self.trainings]
+        return json.dumps(data, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> "CheckpointInfo":
         data = json.loads(raw)
         return cls(job_id=str(data["job_id"]), epoch=int(data["epoch"]), sha256=str(data["sha256"]),
-                   size=int(data["size"]), key=str(data["key"]), created_at=str(data["created_at"]))
+                   size=int(data["size"]), key=str(data["key"]), created_at=str(data["created_at"]),
+                   finished=bool(data.get("finished", False)),
+                   trainings=tuple(EpochRecord.from_dict(t) for t in data.get("trainings") or ()))
 
 
 @dataclass(frozen=True)
@@ -65,6 +103,7 @@ class RestoredCheckpoint:
     info: CheckpointInfo
     path: Path
     warnings: list[str] = field(default_factory=builtins.list)
+    skipped: list[int] = field(default_factory=builtins.list)  # newer epochs found unusable
 
 
 def metadata_key(job_id: str, epoch: int) -> str:
@@ -194,7 +233,8 @@ class CheckpointStore(Block, ABC):
             raise TypeError("save(job_id, epoch, path) needs all three and nothing else")
         return self.save_checkpoint(job_id, epoch, Path(path))
 
-    def save_checkpoint(self, job_id: str, epoch: int, path: Path) -> CheckpointInfo:
+    def save_checkpoint(self, job_id: str, epoch: int, path: Path, *, finished: bool = False,
+                        trainings: Iterable[EpochRecord] = ()) -> CheckpointInfo:
         """Data first, metadata after it: a reader never sees a partial checkpoint."""
         check_job_id(job_id)
         if not isinstance(epoch, int) or epoch < 0:
@@ -202,11 +242,38 @@ class CheckpointStore(Block, ABC):
         sha256, size = file_sha256(Path(path))
         info = CheckpointInfo(job_id=job_id, epoch=epoch, sha256=sha256, size=size,
                               key=data_key(job_id, epoch, sha256),
-                              created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+                              created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                              finished=finished, trainings=tuple(trainings))
         self._put_file(info.key, Path(path))
         self._put_bytes(metadata_key(job_id, epoch), info.to_json())
         self.prune(job_id)
         return info
+
+    def save_retrying(self, job_id: str, epoch: int, path: Path, *, finished: bool = False,
+                      trainings: Iterable[EpochRecord] = (),
+                      limit_s: float | None = None) -> CheckpointInfo:
+        """`save_checkpoint`, retried with exponential backoff (1 s, 2 s, 4 s ... at most 30 s
+        apart) for up to `limit_s` seconds (default: `YOLOQ_STORE_RETRY_S`, else 120 s).
+        Each attempt rewrites the whole checkpoint (data keys are content-addressed); past
+        the limit the last error is raised."""
+        trainings = tuple(trainings)
+        limit = store_retry_limit_s() if limit_s is None else limit_s
+        deadline, delay, attempt = time.monotonic() + limit, 1.0, 1
+        while True:
+            try:
+                return self.save_checkpoint(job_id, epoch, path, finished=finished,
+                                            trainings=trainings)
+            except (ValueError, TypeError):
+                raise  # a wrong call, not a fault of the store
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("saving checkpoint %s epoch %d to %s failed (attempt %d: %s: %s); "
+                               "retrying in %.0f s", job_id, epoch, self.location(), attempt,
+                               exc.__class__.__name__, str(exc).splitlines()[0][:200] if str(exc)
+                               else "", delay)
+                time.sleep(delay)
+                delay, attempt = min(delay * 2, 30.0), attempt + 1
 
     def list(self, job_id: str) -> builtins.list[CheckpointInfo]:
         """Checkpoints with readable metadata, oldest to newest by epoch."""
@@ -234,11 +301,13 @@ class CheckpointStore(Block, ABC):
         dest_dir = Path(dest_dir)
         dest_dir.mkdir(parents=True, exist_ok=True)
         warnings: builtins.list[str] = []
+        skipped: builtins.list[int] = []
         for info in reversed(self.list(job_id)):
             target = dest_dir / (filename or f"epoch-{info.epoch:06d}.pt")
             problem = self._fetch_verified(info, target)
             if problem is None:
-                return RestoredCheckpoint(info=info, path=target, warnings=warnings)
+                return RestoredCheckpoint(info=info, path=target, warnings=warnings, skipped=skipped)
+            skipped.append(info.epoch)
             _warn(warnings, f"checkpoint {job_id} epoch {info.epoch} ({info.key}) is unusable: "
                             f"{problem}; falling back to the previous one")
         if warnings:

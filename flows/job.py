@@ -8,6 +8,7 @@ host) continues where the job stands instead of starting over.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from yoloq import offline
@@ -19,10 +20,9 @@ from prefect.deployments import run_deployment  # noqa: E402
 from prefect.runtime import flow_run as current_run  # noqa: E402
 from prefect.states import Cancelled, Failed  # noqa: E402
 
+from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from yoloq import settings  # noqa: E402
 from yoloq.spec import JobSpec, parse_spec  # noqa: E402
-
-MAX_CRASHES = 3
 
 
 @task(name="analyse")
@@ -49,7 +49,8 @@ def yolo_job(spec: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
     job_id = job_id or str(current_run.get_name())
     analysis = analyse_task(job.model_dump())
     per_segment = plan_segment_epochs(job, analysis)
-    open_mlflow_run(job, job_id, analysis, per_segment)
+    patiently(lambda: open_mlflow_run(job, job_id, analysis, per_segment),
+              "opening the job's MLflow run", logger)
     logger.info("job %s: %s, %d epochs in segments of %d, queue %s", job_id,
                 analysis.get("job_class"), job.epochs, per_segment, job.tier.queue)
     outcome = _train(job, job_id, analysis, per_segment, logger)
@@ -59,43 +60,136 @@ def yolo_job(spec: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
 
 
 def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int, logger):
-    """Queue segments until the schedule is done; return a final state to stop early."""
-    store = settings.checkpoint_store()
-    crashes = 0
-    segment = 0
+    """Queue segments until the job is trained and finalised; return a final state to stop early.
+
+    Progress is read from the checkpoint store each time round, so whatever happened (a
+    crash mid-epoch, during evaluate/export, a restarted parent) the next segment starts
+    from the state that exists: a finished checkpoint only needs finalising. Segments that
+    crash are queued again after a backoff; the count resets whenever the job progresses."""
+    store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
+    guard = ParentGuard(job_id, logger)
+    crashes, progress = 0, None
     while True:
-        latest = store.latest(job_id)
+        guard.check()
+        latest = patiently(lambda: store.latest(job_id), "reading the job's checkpoints", logger)
         done = latest.epoch if latest else 0
-        if done >= job.epochs and _finalised(job_id):
+        finished = bool(latest and (latest.finished or latest.epoch >= job.epochs))
+        if finished and patiently(lambda: _finalised(job_id), "reading the MLflow run", logger):
             return None
-        target = min(job.epochs, done + per_segment) if done < job.epochs else job.epochs
-        segment += 1
+        if (done, finished) != progress:
+            crashes, progress = 0, (done, finished)
+        target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job)
-        run = run_deployment(
-            settings.SEGMENT_DEPLOYMENT,
-            parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
-                        "plan": _plan(job, analysis, done)},
-            work_queue_name=job.tier.queue,
-            tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
-            flow_run_name=f"{job_id}.s{segment}.e{done}-{target}",
-            timeout=None, poll_interval=1,
-        )
+        run = _segment_run(job, job_id, done, target, _plan(job, analysis, done), logger)
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.is_completed():
-            if target >= job.epochs:
-                return None
-            continue
         if state.name == "Preempted" or _killed_victim(run):
             continue  # queued again at its own tier; resumes from its checkpoint
-        if state.is_crashed() and crashes < MAX_CRASHES:
-            crashes += 1
-            logger.warning("segment crashed (%d/%d); resuming from the last checkpoint",
-                           crashes, MAX_CRASHES)
-            continue
+        if state.is_completed() and not finished:
+            continue  # the loop top reads where it got to
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
+        if state.is_crashed() or state.is_completed():  # completed: finalising made no progress
+            crashes += 1
+            if crashes <= max_retries():
+                wait = backoff_s(crashes)
+                logger.warning("segment %s ended %s (%d/%d in a row); resuming from the last "
+                               "checkpoint in %.0f s", run.name, state.name, crashes,
+                               max_retries(), wait)
+                time.sleep(wait)
+                continue
+            return Failed(message=f"segment {run.name} ended {state.name} {crashes} times in a "
+                                  f"row without progress; last: {state.message}")
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[str, Any],
+                 logger) -> Any:
+    """Wait for the job's live segment if it has one, else create one and wait for it.
+
+    The idempotency key names the job, the epoch it starts from and how many segments
+    from that epoch have ended: two parents of one job (however they came about) create
+    the same run, never two."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import live_segments, segments_of
+
+    with get_client(sync_client=True) as client:
+        live = live_segments(client, job_id)
+        if live:
+            logger.warning("job %s already has segment %s (%s); waiting for it instead of "
+                           "queuing another", job_id, live[0].name, live[0].state.name)
+            return _wait_final(live[0].id, logger)
+        earlier = segments_of(client, job_id)
+    tries = sum(1 for r in earlier if ((r.parameters or {}).get("plan") or {}).get("epochs_done") == done)
+    finalising = target == done
+    name = f"{job_id}.s{len(earlier) + 1}." + (f"finalise-e{done}" if finalising else f"e{done}-{target}")
+    run = run_deployment(
+        settings.SEGMENT_DEPLOYMENT,
+        parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
+                    "plan": plan},
+        work_queue_name=job.tier.queue,
+        tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
+        flow_run_name=name, idempotency_key=f"{job_id}:from-e{done}:try-{tries}",
+        timeout=0,
+    )
+    return _wait_final(run.id, logger)
+
+
+def _wait_final(flow_run_id: Any, logger) -> Any:
+    """Poll the run until it is final; an unreachable API is waited out (bounded)."""
+    from prefect.client.orchestration import get_client
+
+    def read() -> Any:
+        with get_client(sync_client=True) as client:
+            return client.read_flow_run(flow_run_id)
+
+    while True:
+        run = patiently(read, "reading the segment's state", logger)
+        if run.state and run.state.is_final():
+            return run
+        time.sleep(1.0)
+
+
+class ParentGuard:
+    """One live parent per job: each parent process writes its own token into a label of the
+    job's flow run; one that finds another token has been replaced and leaves quietly
+    (its replacement carries on from the store, adopting any live segment)."""
+
+    LABEL = "yoloq.parent_token"
+
+    def __init__(self, job_id: str, logger) -> None:
+        import os
+        import uuid
+
+        self.job_id, self.logger = job_id, logger
+        self.token = f"{uuid.uuid4().hex[:12]}@{settings.node_name()}:{os.getpid()}"
+        self.run_id = current_run.get_id()
+        if self.run_id:
+            self._write()
+
+    def _write(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        with get_client(sync_client=True) as client:
+            client.update_flow_run_labels(self.run_id, {self.LABEL: self.token})
+
+    def check(self) -> None:
+        if not self.run_id:
+            return
+        from prefect.client.orchestration import get_client
+
+        def read() -> str | None:
+            with get_client(sync_client=True) as client:
+                return (client.read_flow_run(self.run_id).labels or {}).get(self.LABEL)
+
+        current = patiently(read, "reading the job's parent token", self.logger)
+        if current != self.token:
+            import os
+
+            self.logger.warning("job %s: another parent process (%s) took over; this one (%s) "
+                                "exits without touching the job", self.job_id, current, self.token)
+            os._exit(0)
 
 
 @task(name="open-mlflow-run")
@@ -143,6 +237,12 @@ def _finalised(job_id: str) -> bool:
     return JobTracker(uri, experiment).is_finished(job_id)
 
 
+def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:
+    from work_pools.segments import memory_plan as plan
+
+    return plan(analysis)
+
+
 def _plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str, Any]:
     """What the GPU worker needs to schedule the segment without reading anything else."""
     return {
@@ -150,6 +250,7 @@ def _plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str,
         "est_mem_gb": analysis.get("est_gpu_mem_gb", 0.0),
         "est_epoch_s": analysis.get("est_epoch_s", 0.0),
         "epochs": job.epochs, "epochs_done": epochs_done, "submitted_at": _submitted_at(),
+        **memory_plan(analysis),
     }
 
 

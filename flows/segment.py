@@ -1,17 +1,23 @@
 """`train-segment`: one resumable slice of a job's training, on one GPU slot.
 
-Restores the job's latest checkpoint, trains epochs [k, n) of the full schedule,
-saves a checkpoint to the store after every epoch, logs each epoch to the job's
-MLflow run, and asks the preemption context after each checkpoint. A segment
-asked to stop ends in a `Cancelled` state named `Preempted`. The segment that
-completes the schedule also runs evaluate and export while it holds the GPU.
+Restores the job's latest checkpoint, checks it is the one its plan says is done,
+trains epochs [k, n) of the full schedule, saves a checkpoint to the store after
+every epoch (retried with backoff), records each trained epoch in the job's epoch
+ledger, logs each epoch to the job's MLflow run (buffered while MLflow is down),
+and asks the preemption context after each checkpoint. A segment asked to stop
+ends in a `Cancelled` state named `Preempted`. The segment that completes the
+schedule also runs evaluate and export while it holds the GPU; a segment that
+finds the schedule complete but not finalised (a crash during evaluate/export)
+only finalises, each step once.
+
+Failures of the surroundings (store, MLflow, disk, an unreadable block) end the
+segment `Crashed` with one line, so its parent queues it again after a backoff.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +27,12 @@ offline.apply()
 
 from prefect import flow, get_run_logger  # noqa: E402
 from prefect.runtime import flow_run as current_run  # noqa: E402
-from prefect.states import Cancelled  # noqa: E402
+from prefect.states import Cancelled, Crashed, Failed  # noqa: E402
 
+from flows.ledger import EpochLedger  # noqa: E402
 from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
-from flows.stages import evaluate_task, export_task  # noqa: E402
+from flows.recovery import is_transient, one_line  # noqa: E402
+from flows.stages import finalise  # noqa: E402
 from yoloq import settings  # noqa: E402
 from yoloq.paths import state_paths  # noqa: E402
 from yoloq.spec import JobSpec  # noqa: E402
@@ -32,73 +40,149 @@ from yoloq.spec import JobSpec  # noqa: E402
 PREEMPTED = "Preempted"
 
 
-@dataclass
 class _Hooks:
-    """Connects the engine's epoch boundaries to the store, MLflow and preemption."""
+    """Connects the engine's epoch boundaries to the store, the ledger, MLflow and preemption."""
 
-    job_id: str
-    store: Any
-    tracker: Any
-    run_id: str
-    preemption: Any
-    logger: Any
+    def __init__(self, job: JobSpec, job_id: str, store: Any, tracker: Any, run_id: str,
+                 preemption: Any, ledger: EpochLedger, logger: Any) -> None:
+        self.job, self.job_id, self.store, self.tracker = job, job_id, store, tracker
+        self.run_id, self.preemption, self.ledger, self.logger = run_id, preemption, ledger, logger
+        self.unsent: list[tuple[int, dict[str, float]]] = []  # epochs MLflow has not taken yet
+
+    def on_epoch_start(self, epoch: int) -> None:
+        self.ledger.start(epoch)
 
     def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
-        self.tracker.log_epoch(self.run_id, epoch, metrics)
+        self.ledger.end(epoch)
+        self.unsent.append((epoch, metrics))
+        self.deliver_metrics()
         shown = {k: round(v, 4) for k, v in metrics.items() if "mAP" in k or k.endswith("box_loss")}
         self.logger.info("epoch %d done %s", epoch, shown)
 
+    def deliver_metrics(self) -> bool:
+        """Log buffered epochs in order; keep them (and training going) while MLflow is down."""
+        while self.unsent:
+            epoch, metrics = self.unsent[0]
+            try:
+                self.tracker.log_epoch(self.run_id, epoch, metrics)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self.logger.warning("MLflow unreachable (%s); %d epoch(s) buffered",
+                                    one_line(exc), len(self.unsent))
+                return False
+            self.unsent.pop(0)
+        return True
+
     def on_checkpoint(self, epoch: int, path: Path) -> None:
-        info = self.store.save(self.job_id, epoch, path)
-        self.logger.info("checkpoint epoch %d saved (%s, sha256 %s)", epoch, info.key, info.sha256[:12])
-        publish_progress(epoch)
+        finished = checkpoint_finished(path, epoch, self.job.epochs)
+        info = self.store.save_retrying(self.job_id, epoch, path, finished=finished,
+                                        trainings=self.ledger.records)
+        self.logger.info("checkpoint epoch %d saved (%s, sha256 %s%s)", epoch, info.key,
+                         info.sha256[:12], ", finished" if finished else "")
+        try:
+            publish_progress(epoch)
+        except Exception as exc:  # informative only: the store holds the progress
+            self.logger.warning("progress label not updated (%s)", one_line(exc))
 
     def should_stop(self, epoch: int) -> bool:
-        return self.preemption.should_preempt(epoch)
+        try:
+            return self.preemption.should_preempt(epoch)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.logger.warning("preemption check failed (%s); training on", one_line(exc))
+            return False
+
+
+def checkpoint_finished(path: Path, epoch: int, epochs: int) -> bool:
+    """A checkpoint is finished when it is not resumable (last epoch or early stopping)."""
+    from yoloq.analysis.fingerprint import read_header
+
+    state = read_header(path).get("yoloq")
+    if isinstance(state, dict) and "resumable" in state:
+        return not state["resumable"]
+    return epoch >= epochs
 
 
 @flow(name="train-segment", log_prints=True, retries=0)
 def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
-                  plan: dict[str, Any] | None = None) -> dict[str, Any]:
+                  plan: dict[str, Any] | None = None) -> Any:
     """Train the job up to `stop_after_epoch` epochs in total, resuming from its store."""
-    from yoloq.tracking import JobTracker
-
     logger = get_run_logger()
     job = JobSpec.model_validate(spec)
+    try:
+        return _segment(job, job_id, stop_after_epoch, plan or {}, logger)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        line = one_line(exc)
+        logger.error("segment stopped by a transient failure: %s", line)
+        return Crashed(message=f"{line} (transient; the job resumes from its last checkpoint)")
+
+
+def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
+             logger: Any) -> Any:
+    from yoloq.tracking import JobTracker
+
+    duplicate = _other_live_segment(job_id)
+    if duplicate:
+        return Crashed(message=f"another segment of job {job_id} is running ({duplicate}); "
+                               "not training (a job never has two live segments)")
     store = settings.checkpoint_store()
     uri, experiment = settings.mlflow_tracking_uri()
     tracker = JobTracker(uri, experiment)
+    if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
+        logger.warning("job %s is already finished and finalised; nothing to do", job_id)
+        return {"job_id": job_id, "finished": True, "already_finalised": True}
     run_id = tracker.run_for_job(job_id, tags={"yoloq.team": job.team, "yoloq.tier": job.priority})
     tracker.increment_tag(run_id, "yoloq.segments")
 
     run_key = str(current_run.get_id() or "local")
     workdir = state_paths().scratch / job_id / run_key
     try:
-        return _train(job, job_id, stop_after_epoch, workdir, store, tracker, run_id, logger)
+        return _train(job, job_id, stop_after_epoch, plan, workdir, store, tracker, run_id,
+                      run_key, logger)
     finally:  # node-local scratch; the store holds the checkpoints, MLflow the artifacts
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _train(job: JobSpec, job_id: str, stop_after_epoch: int, workdir: Path, store: Any,
-           tracker: Any, run_id: str, logger: Any) -> Any:
+def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
+           workdir: Path, store: Any, tracker: Any, run_id: str, run_key: str,
+           logger: Any) -> Any:
     from yoloq.datasets import resolve_dataset
     from yoloq.engine import SegmentRequest, run_segment
 
     # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched)
     job = job.model_copy(update={"data": str(resolve_dataset(job.data, logger))})
+    newest = store.latest(job_id)  # newest readable metadata: the ledger so far
     restored = store.restore(job_id, workdir / "restore")
     for warning in (restored.warnings if restored else []):
         logger.warning(warning)
+    problem = plan_mismatch(plan, restored)
+    if problem:
+        return Failed(message=problem)
+    if restored is not None and restored.info.finished:
+        logger.info("job %s: all epochs trained (checkpoint epoch %d); finalising",
+                    job_id, restored.info.epoch)
+        return {"job_id": job_id, "finished": True, "epochs_done": restored.info.epoch,
+                **finalise(job, job_id, tracker, run_id, workdir / "final",
+                           checkpoint=restored.path)}
     start = restored.info.epoch if restored else 0
     job = batch_for_segment(job, restored.path if restored else None, tracker, run_id, logger)
     logger.info("job %s: epochs %d -> %d of %d on %s", job_id, start, stop_after_epoch,
                 job.epochs, _device())
 
     preemption = _preemption_context()
-    hooks = _Hooks(job_id, store, tracker, run_id, preemption, logger)
+    ledger = EpochLedger(job_id, run_key, newest.trainings if newest else ())
+    hooks = _Hooks(job, job_id, store, tracker, run_id, preemption, ledger, logger)
     result = run_segment(SegmentRequest(
         spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
-        resume_from=restored.path if restored else None, device=_device()), hooks)
+        resume_from=restored.path if restored else None, device=_device(),
+        expect_epochs_done=start), hooks)
+    if not hooks.deliver_metrics():
+        raise ConnectionError(f"MLflow did not take the metrics of epochs "
+                              f"{[e for e, _ in hooks.unsent]}; checkpoints are saved")
 
     summary: dict[str, Any] = {"job_id": job_id, "start_epoch": start,
                                "epochs_done": result.epochs_done, "finished": result.finished}
@@ -108,8 +192,27 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, workdir: Path, stor
         tracker.increment_tag(run_id, "yoloq.preemptions")
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
     if result.finished:
-        summary.update(_finish(job, job_id, result, tracker, run_id))
+        summary.update(finalise(job, job_id, tracker, run_id, Path(result.save_dir),
+                                best=result.best))
     return summary
+
+
+def plan_mismatch(plan: dict[str, Any], restored: Any) -> str | None:
+    """Why the restored checkpoint is not the one the plan says is done (None: it is).
+
+    A later epoch is fine (another segment moved on); an earlier one only when every newer
+    checkpoint was found unusable (corrupt or truncated, with a warning). Anything else is
+    a store that lost or hides the job's progress: train nothing rather than start over."""
+    planned = int(plan.get("epochs_done") or 0)
+    got = restored.info.epoch if restored else 0
+    if got >= planned:
+        return None
+    skipped = restored.skipped if restored else []
+    if skipped and max(skipped) >= planned:
+        return None
+    return (f"plan.epochs_done: the plan says {planned} epoch(s) are done, the checkpoint store "
+            f"holds {got if restored else 'no checkpoint'}; not training (check the store "
+            "configuration: a job must resume from its own store)")
 
 
 def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_id: str,
@@ -134,16 +237,22 @@ def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_i
     return job.model_copy(update={"batch": batch})
 
 
-def _finish(job: JobSpec, job_id: str, result: Any, tracker: Any, run_id: str) -> dict[str, Any]:
-    """Evaluate and export the final weights, log them, end the MLflow run."""
-    save_dir = Path(result.save_dir)
-    extras = [p for p in (save_dir / "results.csv", result.best) if p and Path(p).exists()]
-    extras += sorted(save_dir.glob("*.png"))
-    tracker.log_artifacts(run_id, [Path(p) for p in extras], artifact_path="training")
-    evaluation = evaluate_task(job, result.best, tracker, run_id)
-    exports = export_task(job, job_id, result.best, tracker, run_id) if job.export else []
-    tracker.finish(run_id)
-    return {"evaluation": evaluation, "exports": exports}
+def _other_live_segment(job_id: str) -> str | None:
+    """The name of another Running segment of this job that started before this one."""
+    me = current_run.get_id()
+    if not me or not os.environ.get("PREFECT__FLOW_RUN_ID"):
+        return None
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import live_segments
+
+    with get_client(sync_client=True) as client:
+        mine = client.read_flow_run(me)
+        key = (mine.start_time or mine.created, str(mine.id))
+        for run in live_segments(client, job_id, running_only=True):
+            if str(run.id) != str(me) and (run.start_time or run.created, str(run.id)) < key:
+                return run.name
+    return None
 
 
 def _preemption_context():

@@ -1,4 +1,9 @@
-"""Evaluate and export as Prefect tasks: results go to MLflow and Prefect artifacts."""
+"""Evaluate and export as Prefect tasks: results go to MLflow and Prefect artifacts.
+
+`finalise` runs them for a job whose epochs are all trained, each step at most once:
+a step done is recorded as a tag on the job's MLflow run, so a segment that finalises
+again after a crash skips it, and the MLflow run ends FINISHED last.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,47 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from yoloq.paths import state_paths
 from yoloq.spec import JobSpec
 
+EVALUATED_TAG = "yoloq.stage.evaluated"
+EXPORTED_TAG = "yoloq.stage.exported"
+
 
 def _artifact_key(job_id: str, what: str) -> str:
     """Prefect artifact keys allow lowercase letters, digits and dashes."""
     safe = "".join(c if c.isalnum() else "-" for c in job_id.lower())
     return f"{safe}-{what}"[:100]
+
+
+def finalise(job: JobSpec, job_id: str, tracker: Any, run_id: str, save_dir: Path,
+             best: Path | None = None, checkpoint: Path | None = None) -> dict[str, Any]:
+    """Evaluate and export the final weights (`best`, else best.pt inside the finished
+    `checkpoint`), log them, end the MLflow run. Steps already done are skipped."""
+    from yoloq.engine.checkpoint import finished_best, restore_results_csv
+
+    save_dir = Path(save_dir)
+    if best is None:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        best = finished_best(checkpoint, save_dir / "best.pt")
+        restore_results_csv(save_dir / "results.csv", _train_results(checkpoint))
+    extras = [p for p in (save_dir / "results.csv", best) if p and Path(p).exists()]
+    extras += sorted(save_dir.glob("*.png"))
+    tracker.log_artifacts(run_id, [Path(p) for p in extras], artifact_path="training")
+    done = tracker.client.get_run(run_id).data.tags
+    summary: dict[str, Any] = {}
+    if done.get(EVALUATED_TAG) != "1":
+        summary["evaluation"] = evaluate_task(job, best, tracker, run_id)
+        tracker.set_tags(run_id, {EVALUATED_TAG: "1"})
+    if job.export and done.get(EXPORTED_TAG) != "1":
+        summary["exports"] = export_task(job, job_id, best, tracker, run_id)
+        tracker.set_tags(run_id, {EXPORTED_TAG: "1"})
+    tracker.finish(run_id)
+    return summary
+
+
+def _train_results(checkpoint: Path) -> dict[str, list[Any]] | None:
+    from yoloq.analysis.fingerprint import read_header
+
+    results = read_header(checkpoint).get("train_results")
+    return results if isinstance(results, dict) else None
 
 
 @task(name="evaluate")

@@ -10,6 +10,7 @@ the script's reason; they are never skipped.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 import pytest
 
+from blocks.checkpoint_base import EpochRecord
 from blocks.checkpoints import (
     CheckpointStore,
     LocalCheckpointStore,
@@ -29,6 +31,8 @@ from blocks.checkpoints import (
     metadata_key,
     store_from_uri,
 )
+
+from yoloq.jobs import epoch_trainings, trainings_per_epoch
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = REPO / "profiles" / "cluster" / "services.sh"
@@ -224,7 +228,32 @@ def test_damaged_latest_falls_back_to_previous(backend: Backend, tmp_path: Path,
     assert len(restored.warnings) == 1 and problem in restored.warnings[0]
     assert "epoch 3" in restored.warnings[0]
     assert restored.warnings[0] in caplog.messages
+    assert restored.skipped == [3]  # the plan check accepts this fallback, and only this one
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["epoch-000002.pt"]  # no partial left
+
+
+def test_metadata_carries_the_epoch_ledger_and_the_finished_flag(backend: Backend,
+                                                                  tmp_path: Path) -> None:
+    rows = [EpochRecord("job-a", epoch, f"seg-{seg}", "node-1", f"t{epoch}s", f"t{epoch}e")
+            for epoch, seg in ((1, 1), (2, 1), (2, 2))]
+    backend.store.save_checkpoint("job-a", 1, _payload(tmp_path, "one.pt"), trainings=rows[:1])
+    backend.store.save_checkpoint("job-a", 2, _payload(tmp_path, "two.pt"), finished=True,
+                                  trainings=rows)
+    first, latest = backend.store.list("job-a")
+    assert (first.finished, first.trainings) == (False, tuple(rows[:1]))
+    assert (latest.finished, latest.trainings) == (True, tuple(rows))
+    assert trainings_per_epoch(list(latest.trainings)) == {1: 1, 2: 2}
+    assert epoch_trainings("job-a", backend.store) == rows
+
+
+def test_metadata_without_ledger_still_reads(backend: Backend, tmp_path: Path) -> None:
+    """Checkpoints written before the ledger existed: no rows, not finished."""
+    backend.store.save_checkpoint("job-a", 1, _payload(tmp_path, "old.pt"))
+    raw = json.loads(backend.read(metadata_key("job-a", 1)))
+    backend.write(metadata_key("job-a", 1), json.dumps(
+        {k: v for k, v in raw.items() if k not in ("finished", "trainings")}).encode())
+    info = backend.store.latest("job-a")
+    assert info is not None and (info.finished, info.trainings) == (False, ())
 
 
 def test_everything_damaged_restores_nothing(backend: Backend, tmp_path: Path) -> None:
@@ -364,3 +393,27 @@ def test_blocks_are_registerable_types() -> None:
     assert S3CheckpointStore.get_block_type_slug() != LocalCheckpointStore.get_block_type_slug()
     with pytest.raises(Exception, match="interface"):
         CheckpointStore.register_type_and_schema()
+
+
+# ---------------------------------------------------------------- retried saves (a real fault:
+# the job's folder is blocked by a file, so every write fails with an OSError until it goes)
+
+def test_a_save_is_retried_until_the_store_takes_it(tmp_path: Path, caplog: Any) -> None:
+    store = LocalCheckpointStore(path=str(tmp_path / "store"))
+    blocker = tmp_path / "store" / "job-a"
+    blocker.parent.mkdir()
+    blocker.write_text("not a folder")
+    threading.Timer(1.5, blocker.unlink).start()
+    with caplog.at_level(logging.WARNING, logger="yoloq.checkpoints"):
+        info = store.save_retrying("job-a", 1, _payload(tmp_path, "one.pt"), limit_s=30)
+    assert any("retrying in" in m for m in caplog.messages), "the first attempt failed"
+    assert store.latest("job-a") == info
+
+
+def test_a_save_past_the_retry_limit_raises(tmp_path: Path) -> None:
+    store = LocalCheckpointStore(path=str(tmp_path / "store"))
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "job-a").write_text("not a folder")
+    with pytest.raises(OSError):
+        store.save_retrying("job-a", 1, _payload(tmp_path, "one.pt"), limit_s=2)
+    assert (tmp_path / "store" / "job-a").read_text() == "not a folder", "nothing written elsewhere"

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from blocks.checkpoint_base import EpochRecord
 from yoloq.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+
+__all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
+           "live_segments", "parent_run", "segments_of", "trainings_per_epoch"]
 
 
 @dataclass
@@ -110,3 +114,41 @@ def parent_run(client, job_id: str) -> Any:
     if not runs:
         raise LookupError(f"no yolo-job run named {job_id!r}")
     return runs[0]
+
+
+def live_segments(client, job_id: str, running_only: bool = False) -> list[Any]:
+    """The job's segment runs that are not final (Scheduled, Pending, Running, Cancelling,
+    Paused), oldest first; only Running ones with `running_only`."""
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState,
+                                                FlowRunFilterStateType, FlowRunFilterTags)
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    kinds = [StateType.RUNNING] if running_only else [
+        StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.CANCELLING,
+        StateType.PAUSED]
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+        tags=FlowRunFilterTags(all_=[f"job:{job_id}"]),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=kinds))),
+        sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=50)
+    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None]
+
+
+def epoch_trainings(job_id: str, store: Any = None) -> list[EpochRecord]:
+    """The job's epoch ledger: one EpochRecord per epoch trained (job, epoch, segment run id,
+    node, start, end), oldest first, read from its newest checkpoint metadata in the store
+    (default: this process's configured store). An epoch trained twice has two records;
+    count them with `trainings_per_epoch`."""
+    from yoloq import settings
+
+    store = store or settings.checkpoint_store()
+    latest = store.latest(job_id)
+    return list(latest.trainings) if latest else []
+
+
+def trainings_per_epoch(records: list[EpochRecord]) -> dict[int, int]:
+    """{epoch: how many times it was trained}."""
+    counts: dict[int, int] = {}
+    for record in records:
+        counts[record.epoch] = counts.get(record.epoch, 0) + 1
+    return dict(sorted(counts.items()))

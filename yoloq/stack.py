@@ -99,8 +99,8 @@ def up(port: int | None = None, echo=print) -> Stack:
 
     with api_settings(stack):
         ensure_pools_and_deployments(env, echo)
-        if not _running(stack, "runner") or not _running(stack, "worker"):
-            recover_interrupted(echo)
+        recover_interrupted(echo, root=stack.paths.root, runner_alive=_running(stack, "runner"),
+                            worker_alive=_running(stack, "worker"))
     if not _running(stack, "runner"):
         _start(stack, "runner", [sys.executable, "-m", "work_pools.run_runner"], env)
     if not _running(stack, "worker"):

@@ -1,4 +1,6 @@
-"""A job's timeline: queued, started, preempted by whom at which epoch, resumed, finished."""
+"""A job's timeline: queued, started, preempted by whom at which epoch, resumed, finished,
+and one `trained` row per epoch training from the job's epoch ledger (a retrained epoch
+shows twice, marked as a repeat)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
             verb = "resumed" if i > 0 else "started"
             rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {start_epoch}"))
         rows.extend(_ending(seg))
+    rows.extend(ledger_rows(job_id, {str(seg.id): seg.name for seg in job.segments}))
     if job.flow_run.state and job.flow_run.state.is_final():
         rows.append(_at(job.flow_run.end_time or job.flow_run.state.timestamp,
                         job.flow_run.state.name.lower(), job.flow_run.state.message or ""))
@@ -45,3 +48,24 @@ def _ending(seg: Any) -> list[dict[str, Any]]:
 
 def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
     return {"time": when.isoformat() if when else "", "what": what, "detail": detail}
+
+
+def ledger_rows(job_id: str, segment_names: dict[str, str]) -> list[dict[str, Any]]:
+    """`trained` rows from the epoch ledger in the job's checkpoint metadata."""
+    from yoloq.jobs import epoch_trainings
+
+    try:
+        records = epoch_trainings(job_id)
+    except Exception as exc:  # shown, not hidden: the rest of the timeline is still useful
+        return [{"time": "", "what": "ledger unavailable",
+                 "detail": f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}]
+    rows, seen = [], {}
+    for record in records:
+        seen[record.epoch] = seen.get(record.epoch, 0) + 1
+        again = f", trained {seen[record.epoch]} times" if seen[record.epoch] > 1 else ""
+        segment = segment_names.get(record.segment, record.segment)
+        rows.append({"time": record.end, "what": "trained",
+                     "detail": f"epoch {record.epoch} by {segment} on {record.node}{again}",
+                     "epoch": record.epoch, "segment": record.segment, "node": record.node,
+                     "start": record.start, "end": record.end})
+    return rows

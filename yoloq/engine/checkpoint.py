@@ -11,6 +11,10 @@ exact state lives under `yoloq`:
              "optimizer": fp32 state_dict | None, "scaler": dict | None,
              "best": uint8 tensor holding best.pt's bytes | None}
 
+A finished checkpoint (`resumable` False: the last epoch, or early stopping) is
+written before ultralytics' final evaluation and still holds best.pt, so a job
+whose evaluate/export was interrupted finalises from it (`finished_best`).
+
 Files are written atomically (temp file, fsync, os.replace): a kill mid-write
 leaves the previous checkpoint intact.
 """
@@ -112,7 +116,8 @@ def exact_state(trainer: Any, resumable: bool, best_bytes: bytes | None) -> dict
         "ema_updates": trainer.ema.updates,
         "optimizer": deepcopy(trainer.optimizer.state_dict()) if resumable else None,
         "scaler": trainer.scaler.state_dict() if resumable else None,
-        "best": _bytes_tensor(best_bytes) if resumable and best_bytes else None,
+        # kept in a finished checkpoint too: evaluate/export after a crash start from it
+        "best": _bytes_tensor(best_bytes) if best_bytes else None,
     }
 
 
@@ -124,6 +129,23 @@ def _bytes_tensor(data: bytes) -> torch.Tensor:
 def best_bytes(state: dict[str, Any]) -> bytes | None:
     tensor = state.get("best")
     return None if tensor is None else tensor.numpy().tobytes()
+
+
+def finished_best(path: str | os.PathLike[str], dest: Path) -> Path:
+    """Write best.pt from a finished checkpoint into `dest` (stripped like ultralytics' own)."""
+    loaded = torch.load(Path(path), map_location="cpu", weights_only=False)
+    state = loaded.get(KEY) if isinstance(loaded, dict) else None
+    if not isinstance(state, dict) or state.get("resumable") is not False:
+        raise UserError("checkpoint", f"{path} is not a finished yoloq checkpoint",
+                        "finalise only a job whose last epoch was trained")
+    data = best_bytes(state)
+    if data is None:  # no epoch ever improved fitness: the final weights are the best there are
+        data = serialize({k: v for k, v in loaded.items() if k != KEY})
+    atomic_write_bytes(dest, data)
+    from ultralytics.utils.torch_utils import strip_optimizer
+
+    strip_optimizer(dest)
+    return dest
 
 
 def read_resume_point(path: str | os.PathLike[str]) -> ResumePoint:

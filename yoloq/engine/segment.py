@@ -30,6 +30,13 @@ class SegmentRequest:
     stop_after_epoch: int  # train until this many epochs are done in total (<= spec.epochs)
     resume_from: Path | None = None  # a previous segment's checkpoint (may have moved), or None
     device: str = "cpu"  # "cpu" or "0" (the worker sets CUDA_VISIBLE_DEVICES)
+    # The epochs the caller knows are done (its store's metadata): the file in `resume_from`
+    # must hold exactly that many, and None/0 means "start fresh" only when it is 0.
+    expect_epochs_done: int | None = None
+
+
+class ResumeMismatch(RuntimeError):
+    """The checkpoint to resume from is not the one the caller's plan says (nothing trained)."""
 
 
 class SegmentHooks(Protocol):
@@ -41,6 +48,9 @@ class SegmentHooks(Protocol):
 
     def should_stop(self, epoch: int) -> bool:
         """Asked after each resumable checkpoint: True ends the segment there (preemption)."""
+
+    # Optional: `on_epoch_start(epoch)` (1-based epoch about to train), when a hooks object
+    # defines it: the epoch ledger's start time.
 
 
 class NoHooks:
@@ -75,7 +85,13 @@ class _SegmentRun:
     hooks: Any
     last_reported: int = 0
     stopped_early: bool = False
+    final_reported: bool = False
     final_metrics: dict[str, float] | None = None
+
+    def on_train_epoch_start(self, trainer: Any) -> None:
+        start = getattr(self.hooks, "on_epoch_start", None)
+        if start is not None:
+            start(trainer.epoch + 1)
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
         from yoloq.engine.metrics import epoch_metrics
@@ -88,8 +104,10 @@ class _SegmentRun:
             return
         self.last_reported = done
         self.hooks.on_epoch_end(done, epoch_metrics(trainer))
-        if trainer.stop:
-            return  # the job ends here; its checkpoint is reported after final_eval
+        if trainer.stop:  # the job ends here: last.pt is complete and not resumable; report it
+            self.final_reported = True  # before final_eval strips it, with best.pt inside, so
+            self.hooks.on_checkpoint(done, trainer.last)  # a crash later can still finalise
+            return
         self.hooks.on_checkpoint(done, trainer.last)
         at_target = done >= self.request.stop_after_epoch
         if at_target or self.hooks.should_stop(done):
@@ -110,11 +128,12 @@ def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> S
     trainer = trainer_class(request.spec.model)(overrides=train_overrides(request),
                                                 resume_point=point)
     run = _SegmentRun(request, hooks)
+    trainer.add_callback("on_train_epoch_start", run.on_train_epoch_start)
     trainer.add_callback("on_fit_epoch_end", run.on_fit_epoch_end)
     trainer.train()
     finished = not trainer.pause_requested
     epochs_done = trainer.epoch + 1
-    if finished:
+    if finished and not run.final_reported:
         hooks.on_checkpoint(epochs_done, trainer.last)
     return SegmentResult(
         epochs_done=epochs_done, finished=finished, stopped_early=run.stopped_early,
@@ -157,10 +176,16 @@ def _resume_point(request: SegmentRequest) -> Any:
                         "give a segment one device: ultralytics runs multi-GPU training in "
                         "child processes that yoloq cannot resume exactly")
     if request.resume_from is None:
+        if request.expect_epochs_done:
+            raise ResumeMismatch(f"no checkpoint to resume from, but {request.expect_epochs_done} "
+                                 "epochs are done; not training from scratch")
         return None
     from yoloq.engine.checkpoint import read_resume_point
 
     point = read_resume_point(request.resume_from)
+    if request.expect_epochs_done is not None and point.epochs_done != request.expect_epochs_done:
+        raise ResumeMismatch(f"{request.resume_from} holds {point.epochs_done} epochs done, the "
+                             f"store's metadata says {request.expect_epochs_done}; not training")
     if point.epochs_done >= request.stop_after_epoch:
         raise UserError("stop_after_epoch",
                         f"{request.stop_after_epoch} epochs are already done in {point.path}",
