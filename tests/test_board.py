@@ -37,6 +37,9 @@ class View:
     epochs_done: int = 0
     queued_at: float = NOW - 60
     labels: dict[str, str] = field(default_factory=dict)
+    batch: int = 16
+    fixed_mem_gb: float = 0.0
+    mem_per_image_gb: float = 0.0
 
     @property
     def progress_epoch(self) -> int:

@@ -1,9 +1,8 @@
-"""The worker's usage ledger: charging, decay, quota periods, the 70% window, persistence,
-and how `schedule` turns it into fair share, quota breaches and yielding."""
+"""The usage ledger built from segment run records: charging, decay, quota periods, the 70%
+window, and how `schedule` turns it into fair share, quota breaches and yielding."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -13,6 +12,7 @@ from work_pools import ledger as L
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Policy, Quota
 from work_pools.scheduling import WorkerPolicy, build_snapshot, schedule, waiting_since
+from work_pools.usage import SegmentInterval, ledger_state
 from yoloq.tiers import Tier
 
 DAY = 86400.0
@@ -20,38 +20,28 @@ MONDAY = 4 * DAY + 7 * DAY * 2900  # a Monday 00:00 UTC (1970-01-05 + whole week
 A100 = 2.4  # relative speed, yoloq.gpus
 
 
-def charge_for(job: str, team: str, started: float, *speeds: float) -> L.RunningCharge:
-    return L.RunningCharge(job, team, started, tuple(speeds) or (1.0,))
+def iv(job: str, team: str, start: float, end: float | None, speed: float = 1.0,
+       gpus: int = 1) -> SegmentInterval:
+    """One segment run's record: what Prefect holds (start, end, team, GPUs and speed)."""
+    return SegmentInterval(f"run-{job}-{start}", job, team, "a", start, end, gpus, speed)
 
 
 def test_charges_tu_by_gpu_speed_and_count():
     policy = Policy(usage_half_life_s=1e12)
-    state = L.record(L.LedgerState(), [], MONDAY, policy)
-    state = L.record(state, [charge_for("j1", "vision", MONDAY, A100, A100),
-                             charge_for("j2", "nlp", MONDAY, 1.0)], MONDAY + 3600, policy)
+    state = ledger_state([iv("j1", "vision", MONDAY, MONDAY + 3600, A100, gpus=2),
+                          iv("j2", "nlp", MONDAY, None)], MONDAY + 3600, policy)
     assert state.usage.decayed_tu["vision"] == pytest.approx(2 * A100 * 3600 / DAY)
     assert state.usage.period_tu["nlp"] == pytest.approx(3600 / DAY)
     assert L.attained_gpu_s(state, "j1") == pytest.approx(2 * 3600)
 
 
-def test_charges_only_since_the_later_of_last_poll_and_start():
-    policy = Policy()
-    state = L.record(L.LedgerState(), [], 1000.0, policy)
-    state = L.record(state, [charge_for("j", "t", 1500.0)], 2000.0, policy)  # started mid-poll
-    assert L.attained_gpu_s(state, "j") == pytest.approx(500.0)
-    state = L.record(state, [charge_for("j", "t", 1500.0)], 2600.0, policy)
-    assert L.attained_gpu_s(state, "j") == pytest.approx(1100.0)
-    assert state.jobs["j"].held == ((1500.0, 2600.0),)  # contiguous polls merge
-
-
 def test_usage_decays_with_half_life_but_period_spend_does_not():
     policy = Policy(usage_half_life_s=DAY / 2)
-    state = L.record(L.LedgerState(), [], MONDAY, policy)
-    state = L.record(state, [charge_for("j", "t", MONDAY)], MONDAY + 3600, policy)
-    spent = state.usage.period_tu["t"]
-    later = L.record(state, [], MONDAY + 3600 + DAY / 2, policy)  # same UTC day
-    assert later.usage.decayed_tu["t"] == pytest.approx(spent / 2)
-    assert later.usage.period_tu["t"] == pytest.approx(spent)
+    ran = [iv("j", "t", MONDAY, MONDAY + 60)]
+    spent = ledger_state(ran, MONDAY + 60, policy).usage
+    later = ledger_state(ran, MONDAY + 60 + DAY / 2, policy).usage  # same UTC day
+    assert later.decayed_tu["t"] == pytest.approx(spent.decayed_tu["t"] / 2, rel=1e-6)
+    assert later.period_tu["t"] == pytest.approx(spent.period_tu["t"])
 
 
 @pytest.mark.parametrize(("period", "elapsed", "kept"), [
@@ -62,48 +52,23 @@ def test_usage_decays_with_half_life_but_period_spend_does_not():
 ])
 def test_period_spend_restarts_with_the_period(period, elapsed, kept):
     policy = Policy(quotas={"t": Quota(1.0, period)})
-    state = L.record(L.LedgerState(), [], MONDAY, policy)
-    state = L.record(state, [charge_for("j", "t", MONDAY)], MONDAY + 600, policy)
+    state = ledger_state([iv("j", "t", MONDAY, MONDAY + 600)], MONDAY + elapsed, policy)
     assert (L.period_spend(state, MONDAY + elapsed, policy).get("t", 0.0) > 0) is kept
-    rolled = L.record(state, [], MONDAY + elapsed, policy)
-    assert (rolled.usage.period_tu.get("t", 0.0) > 0) is kept
 
 
 def test_held_window_counts_only_the_rolling_window():
     policy = Policy(long_job_window_s=4 * 3600)
-    state = L.record(L.LedgerState(), [], 0.0, policy)
-    state = L.record(state, [charge_for("j", "t", 0.0)], 3 * 3600, policy)  # ran 0h-3h
-    state = L.record(state, [], 5 * 3600, policy)  # idle 3h-5h
+    ran = [iv("j", "t", 0.0, 3 * 3600)]  # ran 0h-3h
+    state = ledger_state(ran, 5 * 3600, policy)  # idle 3h-5h
     assert L.held_window_s(state, "j", 5 * 3600, policy.long_job_window_s) == pytest.approx(2 * 3600)
-    assert L.held_window_s(state, "j", 8 * 3600, policy.long_job_window_s) == 0.0
+    assert L.held_window_s(ledger_state(ran, 8 * 3600, policy), "j", 8 * 3600,
+                           policy.long_job_window_s) == 0.0
     assert L.last_held_at(state, "j") == 3 * 3600
 
 
 def test_waiting_since_counts_continuous_waiting_only():
     assert waiting_since(100.0, None) == 100.0
     assert waiting_since(100.0, 5000.0) == 5000.0
-
-
-def test_persisted_ledger_survives_a_restart(tmp_path):
-    path = tmp_path / "ledger.json"
-    keeper = L.UsageKeeper(Policy(), path)
-    gpu = GpuInfo(0, "GPU-0", "NVIDIA A100-SXM4-80GB", 80, 80)
-    view = _View(uuid.uuid4(), "job-1", "vision")
-    keeper.charge_running([view], {view.flow_run_id: (0,)}, {view.flow_run_id: 0.0}, [gpu], 0.0)
-    keeper.charge_running([view], {view.flow_run_id: (0,)}, {view.flow_run_id: 0.0}, [gpu], 600.0)
-    keeper.mark_notified(["vision:day:1970-01-01"], 600.0)
-    reopened = L.UsageKeeper(Policy(), path)
-    assert reopened.state == keeper.state
-    assert reopened.state.usage.decayed_tu["vision"] == pytest.approx(A100 * 600 / DAY)
-    assert "vision:day:1970-01-01" in reopened.state.notified
-    assert json.loads(path.read_text())["version"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["ledger.json"]  # no temp files left
-
-
-def test_unreadable_ledger_starts_empty(tmp_path):
-    path = tmp_path / "ledger.json"
-    path.write_text("{not json")
-    assert L.UsageKeeper(Policy(), path).state == L.LedgerState()
 
 
 # -- the ledger in the worker's snapshot ----------------------------------------------
@@ -125,6 +90,9 @@ class _View:
     submitted_at: float | None = None
     name: str = "seg"
     labels: dict[str, str] = field(default_factory=dict)
+    batch: int = 16
+    fixed_mem_gb: float = 0.0
+    mem_per_image_gb: float = 0.0
 
     @property
     def progress_epoch(self) -> int:
@@ -141,8 +109,8 @@ def _slot() -> list[GpuInfo]:
 
 def test_snapshot_carries_usage_period_spend_and_job_history():
     policy = Policy(long_job_window_s=4 * 3600, quotas={"vision": Quota(0.5)})
-    state = L.record(L.LedgerState(), [], MONDAY, policy)
-    state = L.record(state, [charge_for("long", "vision", MONDAY, 100.0)], MONDAY + 3 * 3600, policy)
+    state = ledger_state([iv("long", "vision", MONDAY, MONDAY + 3 * 3600, 100.0)],
+                         MONDAY + 3 * 3600, policy)
     waiting = _View(uuid.uuid4(), "long", "vision", queued_at=MONDAY + 3 * 3600,
                     submitted_at=MONDAY - 60)
     snap = build_snapshot(_slot(), [], [waiting], {}, {}, set(), {}, ledger=state,
@@ -158,9 +126,8 @@ def test_snapshot_carries_usage_period_spend_and_job_history():
 def test_schedule_reports_the_quota_breach_and_the_long_job_yields():
     policy = Policy(quotas={"vision": Quota(0.5)}, long_job_window_s=4 * 3600)
     now = MONDAY + 3 * 3600
-    state = L.record(L.LedgerState(), [], MONDAY, policy)
-    state = L.record(state, [charge_for("long", "nlp", MONDAY, 1.0),
-                             charge_for("vis", "vision", MONDAY, 10.0)], now, policy)
+    state = ledger_state([iv("long", "nlp", MONDAY, now, 1.0), iv("vis", "vision", MONDAY, now, 10.0)],
+                         now, policy)
     long_job = _View(uuid.uuid4(), "long", "nlp", queued_at=now - 1)
     short_job = _View(uuid.uuid4(), "short", "nlp", job_class="short", queued_at=now)
     decision = schedule(_slot(), [], [long_job, short_job], {}, {}, now,

@@ -30,12 +30,11 @@ from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
 from work_pools.scheduling import WorkerDecision, WorkerPolicy, gpu_speed, schedule
 from work_pools.segments import SegmentView, segment_view
-from work_pools.usage import (GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL, UsageBook,
-                              ledger_state)
+from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
+                              SegmentInterval, UsageBook, ledger_state)
 from yoloq.settings import PREEMPT_LABEL
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
-BATCH_LABEL = "yoloq.batch"
 
 
 @dataclass(frozen=True)
@@ -102,17 +101,18 @@ class PoolScheduler:
         result.drained = await _drain(client, open_runs, live_names, nodes, now)
         pool_gpus = PoolGpus.of(live)
         occupying, pending = _split(open_runs + exiting, live_names, result.drained, now)
-        views = {r.id: segment_view(r) for r in occupying + pending}
+        intervals = await self.usage.refresh(client, now)
+        views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
         reserved = {r.id: _global(pool_gpus, assignment(r)) for r in occupying}
         started_at = {r.id: _started_at(r, now) for r in occupying}
         asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
                  or (r.state is not None and r.state.is_final())}
-        ledger = ledger_state(await self.usage.refresh(client, now), now, policy.policy,
-                              self.notified)
+        ledger = ledger_state(intervals, now, policy.policy, self.notified)
         running_views = [views[r.id] for r in occupying]
         tick = time.perf_counter()
         decision = schedule(list(pool_gpus.gpus), running_views, [views[r.id] for r in pending],
-                            reserved, started_at, now, policy, asked=asked, ledger=ledger)
+                            reserved, started_at, now, policy, asked=asked, ledger=ledger,
+                            nodes={i: node for i, (node, _) in pool_gpus.where.items()})
         result.decide_s = time.perf_counter() - tick
         result.decision, result.running = decision, running_views
         result.assigned = await _apply_admissions(client, decision, pool_gpus, now)
@@ -158,6 +158,21 @@ def _split(runs: list[Any], live_names: set[str], drained: list[UUID],
             if start is None or start.timestamp() <= now + 1.0:
                 pending.append(run)
     return occupying, pending
+
+
+def _with_job_batch(view: SegmentView, run: Any,
+                    intervals: list[SegmentInterval]) -> SegmentView:
+    """The batch a segment really trains at: its own reduced batch once admitted, else for a
+    resumed job the reduced batch of its earlier segments (the checkpoint's batch)."""
+    own = (run.labels or {}).get(BATCH_LABEL)
+    batch = int(own) if own else None
+    if batch is None and view.epochs_done > 0:
+        earlier = [iv for iv in intervals if iv.job_id == view.job_id and iv.batch]
+        batch = max(earlier, key=lambda iv: iv.start).batch if earlier else None
+    if batch is None or batch == view.batch:
+        return view
+    mem = view.fixed_mem_gb + batch * view.mem_per_image_gb if view.mem_per_image_gb else view.est_mem_gb
+    return replace(view, batch=batch, est_mem_gb=mem)
 
 
 def _global(pool_gpus: PoolGpus, where: tuple[str, tuple[int, ...]] | None) -> tuple[int, ...]:

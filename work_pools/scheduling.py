@@ -13,7 +13,7 @@ from uuid import UUID
 
 from work_pools import ledger as usage_ledger
 from work_pools.inventory import GpuInfo
-from work_pools.policy.model import Decision, Gpu, Policy, Segment, Snapshot
+from work_pools.policy.model import LOCAL_NODE, Decision, Gpu, Policy, Segment, Snapshot
 from work_pools.segments import SegmentView
 from yoloq import gpus as gpu_catalog
 
@@ -74,14 +74,16 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
              reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float], now: float,
              worker_policy: WorkerPolicy, asked: set[UUID] | None = None,
              usage_tu: dict[str, float] | None = None,
-             ledger: usage_ledger.LedgerState | None = None) -> WorkerDecision:
-    """`ledger` (from `UsageKeeper.charge_running`, called just before) feeds fair share,
-    quotas, the 70% rule and aging; without it the policy sees no usage history."""
+             ledger: usage_ledger.LedgerState | None = None,
+             nodes: dict[int, str] | None = None) -> WorkerDecision:
+    """`ledger` (usage from the segment runs' records, `work_pools.usage`) feeds fair share,
+    quotas, the 70% rule and aging; without it the policy sees no usage history. `nodes`
+    maps each GPU index to its node (the pool scheduler numbers GPUs across nodes)."""
     from work_pools.policy.decide import decide
 
     snapshot = build_snapshot(inventory, running, pending, reserved, started_at, asked or set(),
                               usage_tu or {}, ledger=ledger, now=now,
-                              policy=worker_policy.policy)
+                              policy=worker_policy.policy, nodes=nodes)
     decision = decide(snapshot, worker_policy.policy, now)
     by_id = {str(v.flow_run_id): v for v in (*running, *pending)}
     return WorkerDecision(
@@ -98,18 +100,19 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
                    reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float],
                    asked: set[UUID], usage_tu: dict[str, float],
                    ledger: usage_ledger.LedgerState | None = None, now: float | None = None,
-                   policy: Policy | None = None) -> Snapshot:
+                   policy: Policy | None = None, nodes: dict[int, str] | None = None) -> Snapshot:
     """Free memory = declared/NVML total minus what admitted segments were estimated to use."""
     used: dict[int, float] = {}
     for view in running:
         for index in reserved.get(view.flow_run_id, ()):
             used[index] = used.get(index, 0.0) + view.est_mem_gb
-    gpus = tuple(_gpu(g, used.get(g.index, 0.0)) for g in inventory)
+    node_of = nodes or {}
+    gpus = tuple(_gpu(g, used.get(g.index, 0.0), node_of.get(g.index, LOCAL_NODE)) for g in inventory)
     history = _History(ledger, now, policy or Policy())
     run_segments = tuple(_segment(v, reserved.get(v.flow_run_id, ()),
                                   started_at.get(v.flow_run_id, v.queued_at),
-                                  v.flow_run_id in asked, history) for v in running)
-    wait_segments = tuple(_segment(v, (), None, False, history) for v in pending)
+                                  v.flow_run_id in asked, history, node_of) for v in running)
+    wait_segments = tuple(_segment(v, (), None, False, history, node_of) for v in pending)
     if ledger is None:
         return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
                         team_usage_tu=usage_tu)
@@ -139,12 +142,12 @@ class _History:
         return usage_ledger.last_held_at(self.ledger, job_id) if self.ledger else None
 
 
-def _gpu(info: GpuInfo, used_gb: float) -> Gpu:
+def _gpu(info: GpuInfo, used_gb: float, node: str = LOCAL_NODE) -> Gpu:
     speed = gpu_speed(info)
     free = info.mem_total_gb - used_gb if not info.is_real else min(info.mem_free_gb,
                                                                     info.mem_total_gb - used_gb)
     return Gpu(index=info.index, name=info.name, mem_total_gb=info.mem_total_gb,
-               mem_free_gb=max(0.0, free), speed=speed, uuid=info.uuid)
+               mem_free_gb=max(0.0, free), speed=speed, uuid=info.uuid, node=node)
 
 
 def gpu_speed(info: GpuInfo) -> float:
@@ -155,9 +158,12 @@ def gpu_speed(info: GpuInfo) -> float:
 
 
 def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | None,
-             stopping: bool, history: _History) -> Segment:
+             stopping: bool, history: _History, node_of: dict[int, str] | None = None) -> Segment:
+    """A resumed job keeps its checkpoint's batch (exactness): no memory model for reducing it."""
     remaining_epochs = max(0, view.epochs - view.progress_epoch)
     submitted = submitted_at(view)
+    resumed = view.epochs_done > 0 or started is not None
+    node = (node_of or {}).get(gpu_indices[0], LOCAL_NODE) if gpu_indices else LOCAL_NODE
     return Segment(
         id=str(view.flow_run_id), job_id=view.job_id, team=view.team, tier=view.tier,
         submitted_at=submitted, waiting_since=waiting_since(submitted, history.last_held_at(view.job_id)),
@@ -166,7 +172,8 @@ def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | N
         epoch=view.progress_epoch, epochs=view.epochs, gpu_indices=gpu_indices,
         started_at=started, last_checkpoint_at=view.checkpoint_at, stopping=stopping,
         attained_gpu_s=history.attained_gpu_s(view.job_id),
-        held_window_s=history.held_window_s(view.job_id))
+        held_window_s=history.held_window_s(view.job_id), node=node, batch=view.batch,
+        fixed_mem_gb=view.fixed_mem_gb, mem_per_image_gb=0.0 if resumed else view.mem_per_image_gb)
 
 
 def submitted_at(view: SegmentView) -> float:

@@ -33,6 +33,9 @@ class SegmentView:
     queued_at: float
     labels: dict[str, str]
     submitted_at: float | None = None  # when the job (not this segment) was submitted
+    batch: int = 16  # the batch it trains at (a resumed job: its checkpoint's)
+    fixed_mem_gb: float = 0.0  # memory model: fixed + batch x per image (reduced-batch rule)
+    mem_per_image_gb: float = 0.0
 
     @property
     def checkpoint_at(self) -> float | None:
@@ -66,7 +69,22 @@ def segment_view(flow_run: Any) -> SegmentView:
         queued_at=_ts(queued),
         labels={k: str(v) for k, v in (flow_run.labels or {}).items()},
         submitted_at=float(plan["submitted_at"]) if plan.get("submitted_at") else None,
+        batch=int(plan.get("batch") or spec.get("batch") or 16),
+        fixed_mem_gb=float(plan.get("fixed_mem_gb") or 0.0),
+        mem_per_image_gb=float(plan.get("mem_per_image_gb") or 0.0),
     )
+
+
+def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:
+    """The memory model the scheduler needs to offer a reduced batch: fixed GB, GB per image
+    and the batch (from the analysis; the same estimate `yoloq analyse` prints)."""
+    from yoloq.analysis.estimates import activation_gb_per_image, peak_memory_gb
+
+    params, gflops = float(analysis.get("params_m") or 0.0), float(analysis.get("gflops") or 0.0)
+    imgsz, amp = int(analysis.get("imgsz") or 640), bool(analysis.get("amp", True))
+    return {"batch": int(analysis.get("batch") or 16),
+            "fixed_mem_gb": round(peak_memory_gb(params, gflops, imgsz, 0, amp), 4),
+            "mem_per_image_gb": round(activation_gb_per_image(gflops, imgsz, amp), 6)}
 
 
 def _ts(value: datetime | None) -> float:

@@ -28,6 +28,7 @@ NODE_LABEL = "yoloq.node"
 GPUS_LABEL = "yoloq.gpus"
 SPEED_LABEL = "yoloq.gpu_speed"
 GPU_NAME_LABEL = "yoloq.gpu_name"
+BATCH_LABEL = "yoloq.batch"
 RETAIN_S = 8 * 86400.0  # longer than the longest quota period (a week)
 _PAGE = 200
 _OVERLAP_S = 120.0  # re-read runs that ended shortly before the last refresh (clock skew)
@@ -45,6 +46,7 @@ class SegmentInterval:
     end: float | None  # None while the run is open
     gpus: int
     speed: float
+    batch: int | None = None  # set when the scheduler admitted it with a reduced batch
 
     def seconds(self, now: float, since: float = float("-inf")) -> float:
         end = self.end if self.end is not None else now
@@ -71,7 +73,8 @@ def interval_from_run(run: Any) -> SegmentInterval | None:
         run_id=str(run.id), job_id=str(params.get("job_id", run.name)),
         team=str(plan.get("team") or spec.get("team") or "default"),
         node=str(labels.get(NODE_LABEL, "")), start=run.start_time.timestamp(), end=end,
-        gpus=len(gpus), speed=float(labels.get(SPEED_LABEL) or 1.0))
+        gpus=len(gpus), speed=float(labels.get(SPEED_LABEL) or 1.0),
+        batch=int(labels[BATCH_LABEL]) if labels.get(BATCH_LABEL) else None)
 
 
 # -- pure: intervals -> the ledger the policy reads --------------------------------------

@@ -33,13 +33,14 @@ from prefect.workers.base import (
 from work_pools import nodes, processes
 from work_pools.inventory import GpuInfo, inventory
 from work_pools.lease import SchedulerLease, lease_seconds
-from work_pools.pool_scheduler import BATCH_LABEL, PassResult, PoolScheduler, assignment
+from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
 from work_pools.scheduling import WorkerPolicy, gpu_speed
 from work_pools.segments import SegmentView, segment_view
+from work_pools.usage import BATCH_LABEL
 from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
-POLICY_REFRESH_S = 30.0
+POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
 ORPHAN_CHECK_S = 5.0  # how often a node looks for its runs that have no live process
 
 
@@ -267,15 +268,11 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         return view.est_epoch_s / speed
 
     async def _notify_quota_breaches(self, decision: Any, now: float) -> None:
-        from yoloq.quota_alerts import breach_key, emit_quota_breach
+        from yoloq.quota_alerts import NotifiedBreaches, notify_quota_breaches
 
-        for breach in decision.raw.quota_breaches:
-            key = breach_key(breach, now)
-            if key in self._scheduler.notified:
-                continue
-            if await _notified_before(self.client, key) or emit_quota_breach(breach, now):
-                self._scheduler.notified[key] = now
-                await _remember_notified(self.client, key, now)
+        if decision.raw.quota_breaches:
+            await anyio.to_thread.run_sync(notify_quota_breaches, decision.raw.quota_breaches,
+                                           NotifiedBreaches(), now)
 
     async def _publish_board(self, result: PassResult, now: float) -> None:
         try:
@@ -392,24 +389,3 @@ class _BoardSource:
 
     def _running_views(self) -> list[SegmentView]:
         return list(self._result.running)
-
-
-NOTIFIED_VARIABLE = "yoloq-quota-notified"
-
-
-async def _notified_before(client: Any, key: str) -> bool:
-    variable = await client.read_variable_by_name(NOTIFIED_VARIABLE)
-    return variable is not None and isinstance(variable.value, dict) and key in variable.value
-
-
-async def _remember_notified(client: Any, key: str, now: float) -> None:
-    """Quota breaches already notified live in Prefect, so a new leader does not repeat them."""
-    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
-
-    variable = await client.read_variable_by_name(NOTIFIED_VARIABLE)
-    value = dict(variable.value) if variable is not None and isinstance(variable.value, dict) else {}
-    value = {k: t for k, t in value.items() if now - float(t) < 8 * 86400} | {key: now}
-    if variable is None:
-        await client.create_variable(VariableCreate(name=NOTIFIED_VARIABLE, value=value))
-    else:
-        await client.update_variable(VariableUpdate(name=NOTIFIED_VARIABLE, value=value))

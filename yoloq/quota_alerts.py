@@ -3,7 +3,8 @@
 The worker calls `notify_quota_breaches` with each Decision's `quota_breaches`: every
 breach is emitted once per team and quota period as the event
 `yoloq.team.quota_exceeded` (resource `yoloq.team.<team>`, payload spent/budget/period),
-and remembered in the usage ledger, so a restarted worker does not notify again.
+and remembered in the Prefect Variable `yoloq-quota-notified`, so a restarted or new
+scheduler does not notify again.
 
 `ensure_quota_automation(target)` creates, or updates in place, the automation
 `yoloq: team over quota`: that event triggers a notification through a Prefect
@@ -65,17 +66,35 @@ def emit_quota_breach(breach: QuotaBreach, now: float) -> bool:
     return event is not None
 
 
-def notify_quota_breaches(breaches: Iterable[QuotaBreach], keeper: Any,
+def notify_quota_breaches(breaches: Iterable[QuotaBreach], store: Any,
                           now: float) -> list[QuotaBreach]:
-    """Emit each new breach once and record it in the keeper's ledger; returns those emitted.
-
-    `keeper` is a `work_pools.ledger.UsageKeeper` (its state has `notified`, and
-    `mark_notified(keys, now)` persists them)."""
-    fresh = unnotified(breaches, keeper.state.notified, now)
+    """Emit each new breach once and remember it in `store` (a `NotifiedBreaches`: its
+    `notified()` and `mark(keys, now)`); returns those emitted."""
+    fresh = unnotified(breaches, store.notified(), now)
     sent = [(key, breach) for key, breach in fresh if emit_quota_breach(breach, now)]
     if sent:
-        keeper.mark_notified([key for key, _ in sent], now)
+        store.mark([key for key, _ in sent], now)
     return [breach for _, breach in sent]
+
+
+class NotifiedBreaches:
+    """Breaches already notified, kept in the Prefect Variable `yoloq-quota-notified`, so a
+    restarted or new scheduler never notifies a breach twice (no node-local file)."""
+
+    VARIABLE = "yoloq-quota-notified"
+    RETAIN_S = 8 * 86400.0  # longer than the longest quota period
+
+    def notified(self) -> dict[str, float]:
+        from prefect.variables import Variable
+
+        value = Variable.get(self.VARIABLE, default=None)
+        return {k: float(t) for k, t in value.items()} if isinstance(value, dict) else {}
+
+    def mark(self, keys: Iterable[str], now: float) -> None:
+        from prefect.variables import Variable
+
+        kept = {k: t for k, t in self.notified().items() if now - t < self.RETAIN_S}
+        Variable.set(self.VARIABLE, {**kept, **{k: now for k in keys}}, overwrite=True)
 
 
 # -- the automation ----------------------------------------------------------------
