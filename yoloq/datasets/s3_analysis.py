@@ -16,7 +16,7 @@ from yoloq.analysis.labels import sample, scan_labels
 from yoloq.datasets.s3_source import S3Dataset, dataset_client, get_bytes, open_s3_dataset
 from yoloq.errors import DatasetError
 
-_READERS = 16  # label files fetched at once
+_READERS = 8  # label files fetched at once (botocore keeps 10 connections per client)
 
 
 class _S3Label:
