@@ -175,6 +175,22 @@ def engine_for(family: str) -> str:
     return ENGINES.get(family, ULTRALYTICS)
 
 
+def engine_of_model(model: str) -> str:
+    """The engine for a spec's `model` (a YAML or a .pt): "yolov5" only when recognised as
+    original YOLOv5; anything else goes to ultralytics, which reports its own errors."""
+    if str(model).lower().endswith(".pt"):
+        from yoloq.analysis.fingerprint import fingerprint  # imports this module
+
+        try:
+            return fingerprint(model).engine
+        except ModelError:
+            return ULTRALYTICS
+    try:
+        return YOLOV5 if yolov5_yaml(str(model)) is not None else ULTRALYTICS
+    except ModelError:
+        return YOLOV5  # an anchors YAML with a problem: the yolov5 engine says which
+
+
 def refused_family_of_name(name: str) -> str:
     """"yolo-nas", "rtdetr", "yoloe" or "yolo-world" when the file name says so, else ""."""
     stem = Path(name).name.lower()
