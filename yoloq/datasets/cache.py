@@ -23,10 +23,11 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from yoloq.errors import DatasetError, UserError
 from yoloq.paths import state_paths
@@ -57,7 +58,7 @@ def cache_limit_bytes() -> int:
     return int(value * GB)
 
 
-def default_cache(logger: Any = None) -> "DatasetCache":
+def default_cache(logger: Any = None) -> DatasetCache:
     """`<scratch>/datasets`, bounded by `YOLOQ_DATASET_CACHE_GB`."""
     return DatasetCache(state_paths().scratch / "datasets", cache_limit_bytes(), logger)
 

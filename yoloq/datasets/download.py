@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from yoloq.datasets.s3_source import S3Dataset, S3Object, fetch_error
 from yoloq.errors import DatasetError
 
@@ -115,11 +117,7 @@ def copy_object(client: Any, dataset: S3Dataset, obj: S3Object, folder: Path) ->
                 out.write(chunk)
                 md5.update(chunk)
                 size += len(chunk)
-    except DatasetError:
-        raise
-    except OSError:
-        raise
-    except Exception as exc:
+    except (BotoCoreError, ClientError) as exc:
         raise fetch_error(uri, exc) from None
     return verify_copy(uri, dest, obj, size, md5.hexdigest())
 

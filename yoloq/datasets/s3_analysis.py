@@ -11,9 +11,20 @@ import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from yoloq.analysis.dataset import IMG_FORMATS, LABEL_SCAN_LIMIT, DatasetInfo, SplitInfo, check_names
+from yoloq.analysis.dataset import (
+    IMG_FORMATS,
+    LABEL_SCAN_LIMIT,
+    DatasetInfo,
+    SplitInfo,
+    check_names,
+)
 from yoloq.analysis.labels import sample, scan_labels
-from yoloq.datasets.s3_source import S3Dataset, dataset_client, get_bytes, open_s3_dataset
+from yoloq.datasets.s3_source import (
+    S3Dataset,
+    dataset_client,
+    get_bytes,
+    open_s3_dataset,
+)
 from yoloq.errors import DatasetError
 
 _READERS = 8  # label files fetched at once (botocore keeps 10 connections per client)

@@ -20,6 +20,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from yoloq.analysis.dataset import load_data_yaml
 from yoloq.errors import DatasetError
 
@@ -42,7 +44,7 @@ class S3Uri:
     def uri(self) -> str:
         return f"s3://{self.bucket}/{self.key}" if self.key else f"s3://{self.bucket}"
 
-    def child(self, relative: str) -> "S3Uri":
+    def child(self, relative: str) -> S3Uri:
         return S3Uri(self.bucket, f"{self.key}/{relative}" if self.key else relative)
 
     def relative(self, key: str) -> str | None:
@@ -110,8 +112,9 @@ def fetch_error(uri: str, exc: Exception) -> DatasetError:
         return DatasetError("data", f"{uri} does not exist", "upload it, or fix `data` / the data YAML")
     if code == "NoSuchBucket":
         return DatasetError("data", f"bucket of {uri} does not exist", "create the bucket or fix `data`")
-    if code in _DENIED:
-        return DatasetError("data", f"access denied reading {uri} ({code})", _CREDENTIALS_FIX)
+    if code in _DENIED or "Credentials" in type(exc).__name__:
+        return DatasetError("data", f"access denied reading {uri} ({code or type(exc).__name__})",
+                            _CREDENTIALS_FIX)
     reason = code or f"{type(exc).__name__}: {exc}"
     return DatasetError("data", f"cannot read {uri} ({reason})",
                         "check that the S3 endpoint (AWS_ENDPOINT_URL or the checkpoint block) "
@@ -123,9 +126,7 @@ def get_bytes(client: Any, obj: S3Uri) -> tuple[bytes, str]:
     try:
         response = client.get_object(Bucket=obj.bucket, Key=obj.key)
         return response["Body"].read(), str(response.get("ETag", "")).strip('"')
-    except DatasetError:
-        raise
-    except Exception as exc:
+    except (BotoCoreError, ClientError) as exc:
         raise fetch_error(obj.uri, exc) from None
 
 
@@ -139,7 +140,7 @@ def list_objects(client: Any, root: S3Uri) -> tuple[S3Object, ...]:
                 relative = item["Key"][len(prefix):]
                 if relative and not relative.endswith("/"):  # "folder" marker objects hold nothing
                     found.append(S3Object(relative, int(item["Size"]), str(item["ETag"]).strip('"')))
-    except Exception as exc:
+    except (BotoCoreError, ClientError) as exc:
         raise fetch_error(root.uri + "/", exc) from None
     return tuple(sorted(found, key=lambda o: o.key))
 
@@ -165,8 +166,8 @@ def dataset_root(data: dict[str, Any], yaml: S3Uri) -> tuple[S3Uri, list[str]]:
     if is_s3_uri(raw):
         return parse_s3_uri(raw, "data.path"), []
     if raw.startswith(("/", "~")) or (len(raw) > 1 and raw[1] == ":"):
-        return folder, [f"data.path: {raw} is a local path; the S3 dataset's root is the data "
-                        f"YAML's folder {folder.uri}"]
+        return folder, [(f"data.path: {raw} is a local path; the S3 dataset's root is the data "
+                         f"YAML's folder {folder.uri}")]
     joined = posixpath.normpath(posixpath.join(folder.key, raw)) if folder.key else posixpath.normpath(raw)
     if joined.startswith(".."):
         raise DatasetError("data.path", f"{raw!r} leads outside the bucket {yaml.bucket}",

@@ -20,7 +20,12 @@ import yaml
 
 from yoloq.datasets.cache import DatasetCache, Lease, default_cache
 from yoloq.datasets.download import copy_dataset
-from yoloq.datasets.s3_source import S3Dataset, dataset_client, is_s3_uri, open_s3_dataset
+from yoloq.datasets.s3_source import (
+    S3Dataset,
+    dataset_client,
+    is_s3_uri,
+    open_s3_dataset,
+)
 
 log = logging.getLogger("yoloq.datasets")
 _HELD: list[Lease] = []  # datasets this process trains on: never evicted while it runs
