@@ -426,3 +426,56 @@ def test_a_spec_file_keeps_its_s3_data(tmp_path):
     path.write_text(yaml.safe_dump({"name": "a", "team": "t", "model": "yolov8n.yaml",
                                     "data": "s3://datasets/shapes/data.yaml"}))
     assert load_spec(path).data == "s3://datasets/shapes/data.yaml"
+
+
+def test_a_multipart_object_is_verified_by_its_multipart_etag(s3, bucket, local_dataset, tmp_path):
+    uri = upload(s3, bucket, local_dataset)
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(17 * 1024 * 1024 + 123))
+    s3.client.upload_file(str(big), bucket, uri.removeprefix(f"s3://{bucket}/").rsplit("/", 1)[0] + "/extra/big.bin")
+    listed = open_s3_dataset(uri, s3.client)
+    assert [o.etag for o in listed.objects if o.key == "extra/big.bin"][0].endswith("-3"), "a 3-part upload"
+
+    synced = sync_opened(listed, cache_at(tmp_path), s3.client)
+    manifest = json.loads((synced.folder / MANIFEST).read_text())
+    assert manifest["verified"] == {"md5": len(listed.objects) - 1, "multipart": 1}
+    assert (synced.folder / "extra/big.bin").read_bytes() == big.read_bytes()
+    synced.lease.release()
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+@pytest.mark.parametrize("value, expected", [
+    pytest.param(None, 50 * 1024 ** 3, id="default-50"),
+    pytest.param("0.5", 512 * 1024 ** 2, id="fraction"),
+    pytest.param("200", 200 * 1024 ** 3, id="whole"),
+])
+def test_cache_bound_from_the_environment(monkeypatch, value, expected):
+    from yoloq.datasets.cache import cache_limit_bytes
+
+    if value is None:
+        monkeypatch.delenv("YOLOQ_DATASET_CACHE_GB", raising=False)
+    else:
+        monkeypatch.setenv("YOLOQ_DATASET_CACHE_GB", value)
+    assert cache_limit_bytes() == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "lots", "inf", "nan"])
+def test_a_bad_cache_bound_is_one_line_naming_the_setting(monkeypatch, value):
+    from yoloq.datasets.cache import cache_limit_bytes
+    from yoloq.errors import UserError
+
+    monkeypatch.setenv("YOLOQ_DATASET_CACHE_GB", value)
+    with pytest.raises(UserError) as caught:
+        cache_limit_bytes()
+    assert caught.value.field == "YOLOQ_DATASET_CACHE_GB" and repr(value) in caught.value.problem
+
+
+@pytest.mark.parametrize("image", ["images/train/a.jpg", "x/images/val/b.c.PNG", "images/images/c.png",
+                                   "data/imgs/d.jpg"])
+def test_label_keys_follow_ultralytics(image):
+    from yoloq.analysis.dataset import label_path
+    from yoloq.datasets.s3_analysis import label_key
+
+    assert "/root/" + label_key(image) == label_path("/root/" + image).as_posix()
