@@ -434,7 +434,7 @@ def test_a_multipart_object_is_verified_by_its_multipart_etag(s3, bucket, local_
     big.write_bytes(os.urandom(17 * 1024 * 1024 + 123))
     s3.client.upload_file(str(big), bucket, uri.removeprefix(f"s3://{bucket}/").rsplit("/", 1)[0] + "/extra/big.bin")
     listed = open_s3_dataset(uri, s3.client)
-    assert [o.etag for o in listed.objects if o.key == "extra/big.bin"][0].endswith("-3"), "a 3-part upload"
+    assert next(o.etag for o in listed.objects if o.key == "extra/big.bin").endswith("-3"), "a 3-part upload"
 
     synced = sync_opened(listed, cache_at(tmp_path), s3.client)
     manifest = json.loads((synced.folder / MANIFEST).read_text())
