@@ -101,7 +101,8 @@ def test_seventy_percent_rule_lets_short_experiments_through():
     trace += [job(f"s{i}", 3 * 3600 + i * 3600.0 + 30, 300, klass="short") for i in range(4)]
     gpus = parse_cluster("1xV100-32GB")
     with_rule = {j.id: j for j in simulate(trace, gpus, yoloq(), eta=False).jobs}
-    rule_off = yoloq(long_job_share=0.0, within_rank="submit")  # SRPT alone would also let them in
+    # SRPT, or 5-minute aging, alone would also let them in: compare with both off
+    rule_off = yoloq(long_job_share=0.0, within_rank="submit", aging_step_s=3600)
     without = {j.id: j for j in simulate(trace, gpus, rule_off, eta=False).jobs}
     for i in range(4):
         s = with_rule[f"s{i}"]

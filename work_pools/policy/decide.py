@@ -119,7 +119,7 @@ class _Round:
         self.queue.charge(seg.team, fairshare.tu(speed, self.policy.segment_s, seg.gpus))
 
     def try_preempt(self, seg: Segment, rank: int) -> bool:
-        if not self.planner.order:
+        if not self.planner.any:
             return False
         starved = self.ctx.ratios.get(seg.team, 0.0) <= self.policy.fairshare_preempt_under
         kind = (starved,)

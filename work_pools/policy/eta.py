@@ -40,6 +40,7 @@ class _Slot:
     """One GPU in the forward run."""
 
     index: int
+    node: str
     total_gb: float
     speed: float
     free_at: float
@@ -87,11 +88,11 @@ def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,
 
 def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, now: float,
                    scale: float) -> list[_Slot]:
-    slots = {g.index: _Slot(g.index, g.mem_total_gb, g.speed, now, math.inf, now)
+    slots = {g.key: _Slot(g.index, g.node, g.mem_total_gb, g.speed, now, math.inf, now)
              for g in snapshot.gpus}
     for seg in snapshot.running:
         for i in seg.gpu_indices:
-            slot = slots.get(i)
+            slot = slots.get((seg.node, i))
             if slot is None:
                 continue
             end = now + scale * seg.est_remaining_s / max(slot.speed, 1e-9)
@@ -110,8 +111,20 @@ def _available_at(slot: _Slot, rank: int, policy: Policy) -> float:
 
 def _earliest(slots: list[_Slot], mem_gb: float, count: int, rank: int,
               policy: Policy) -> list[_Slot] | None:
+    """The `count` GPUs of one node that are all available soonest."""
     fitting = [s for s in slots if s.total_gb >= mem_gb]
     if len(fitting) < count:
         return None
-    fitting.sort(key=lambda s: (_available_at(s, rank, policy), s.total_gb, -s.speed, s.index))
-    return fitting[:count]
+    fitting.sort(key=lambda s: (_available_at(s, rank, policy), s.total_gb, -s.speed, s.node,
+                                s.index))
+    if count == 1:
+        return fitting[:1]
+    per_node: dict[str, list[_Slot]] = {}
+    best: list[_Slot] | None = None
+    for slot in fitting:
+        group = per_node.setdefault(slot.node, [])
+        group.append(slot)
+        if len(group) == count:
+            best = group
+            break
+    return best

@@ -71,6 +71,7 @@ class Segment:
     last_checkpoint_at: float | None = None
     stopping: bool = False  # a preemption was already requested
     node: str = LOCAL_NODE  # where a running segment's `gpu_indices` are
+    held_since: float | None = None  # start of the job's uninterrupted hold (None: started_at)
     measured_epoch_s: float | None = None  # mean measured epoch time at speed 1.0 (SRPT)
 
     @property
@@ -136,7 +137,11 @@ class Policy:
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     eta_sigma: float = 0.5  # lognormal sigma of duration estimates (ETA interval)
     within_rank: str = "srpt"  # order inside a rank and team: "srpt" or "submit"
+    fair_share_mode: str = "weight"  # "weight": usage scales SRPT keys; "turns": teams take turns
+    fair_weight_clamp: tuple[float, float] = (0.125, 8.0)  # bounds of the SRPT fair-share factor
+    fair_weight_power: float = 3.0  # factor = (usage share / entitlement) ** power
     srpt_aging_s: float = 3600.0  # SRPT aging: remaining work / (1 + waited / this); 0 = off
+    urgent_overrides_min_runtime: bool = False  # urgent may preempt inside min_runtime_s (last)
     soft_preemption: bool = False  # throttle a lower-tier job instead of evicting it
     soft_min_batch: int = 2  # a throttled victim never trains below this batch
 

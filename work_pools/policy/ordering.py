@@ -5,8 +5,10 @@ buckets are taken most urgent first, so a starving segment goes ahead of every
 other segment of its rank, whatever its team's usage. Inside a bucket, with
 fair share on, the next segment comes from the team with the lowest weighted
 usage: decayed TU, plus what its running segments will use in the next
-`segment_s`, plus what was admitted earlier in this round (`charge`). Inside a
-team: with `within_rank="srpt"` (yoloq's default) the least estimated remaining
+`segment_s`, plus what was admitted earlier in this round (`charge`): that is
+`fair_share_mode="turns"`. With SRPT and `fair_share_mode="weight"` (yoloq's
+default) the teams share one queue per bucket and fair share enters as a weight
+on remaining work (`fair_factors`). Inside a team: with `within_rank="srpt"` (yoloq's default) the least estimated remaining
 work first (`remaining_work`: GPUs x remaining seconds, from measured epoch
 times when known), aged by waiting (`srpt_key`); with "submit", submission
 order. Ties: submission order, then id.
@@ -86,7 +88,12 @@ class FairQueue:
         self.starving: set[str] = set()
         policy, now, ranks, short_ranks = ctx.policy, ctx.now, ctx.ranks, ctx.short_ranks
         srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
+        self.weighted = srpt and policy.fair_share and policy.fair_share_mode == "weight"
         fair = policy.fair_share
+        teams = {s.team for s in waiting} | set(self.usage)
+        self._weights = {t: policy.weight(t) for t in teams}
+        self._total_weight = sum(self._weights.values()) or 1.0
+        self._total_usage = sum(max(0.0, self.usage.get(t, 0.0)) for t in teams)
         seventy = rules.long_job_rule_on(policy) and bool(short_ranks)
         aging = policy.ordering == "tier" and policy.aging_step_s > 0
         buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -111,23 +118,54 @@ class FairQueue:
 
     def charge(self, team: str, amount_tu: float) -> None:
         self.usage[team] = self.usage.get(team, 0.0) + amount_tu
+        self._total_usage += amount_tu
 
     def _level(self, team: str) -> float:
         if team == _ALL:
             return 0.0
         return fairshare.normalised_usage(self.usage.get(team, 0.0), team, self.ctx.policy)
 
+    def fair_factor(self, team: str) -> float:
+        """Fair share as an SRPT weight (`fair_share_mode="weight"`): the team's usage share
+        over its entitlement (decayed usage, what its running segments hold, and what this
+        round gave it), to the power `fair_weight_power`, clamped to `fair_weight_clamp`.
+        With power 3, a team at 1.26 times its share sees its jobs' remaining work doubled."""
+        low, high = self.ctx.policy.fair_weight_clamp
+        if self._total_usage <= 0:
+            return low
+        share = max(0.0, self.usage.get(team, 0.0)) / self._total_usage
+        entitled = self._weights.get(team, 1.0) / self._total_weight
+        return min(max((share / entitled) ** self.ctx.policy.fair_weight_power, low), high)
+
+    def _head(self, team: str, queue: deque) -> tuple:
+        """Heap key of a team's next segment: its level (turns) or weighted work (weight)."""
+        if self.weighted:
+            key = queue[0][0]
+            return (key[0] * self.fair_factor(team), key[1], key[2])
+        return (self._level(team),)
+
     def __iter__(self) -> Iterator[tuple[Segment, int]]:
         for (rank, *_), teams in sorted(self.buckets.items()):
-            queues = {t: deque(seg for _, seg in sorted(items, key=_first))
-                      for t, items in teams.items()}
-            heap = [(self._level(t), t) for t in queues]
+            queues = {t: deque(sorted(items, key=_first)) for t, items in teams.items()}
+            if self.weighted and len(queues) > 1:
+                yield from self._weighted(queues, rank)
+                continue
+            heap = [(self._head(t, q), t) for t, q in queues.items()]
             heapq.heapify(heap)
             while heap:
                 _, team = heapq.heappop(heap)
-                yield queues[team].popleft(), rank
+                yield queues[team].popleft()[1], rank
                 if queues[team]:
-                    heapq.heappush(heap, (self._level(team), team))
+                    heapq.heappush(heap, (self._head(team, queues[team]), team))
+
+
+    def _weighted(self, queues: dict[str, deque], rank: int) -> Iterator[tuple[Segment, int]]:
+        """Every team's factor moves when any team is charged: re-rank the heads each time."""
+        while queues:
+            team = min(queues, key=lambda t: (self._head(t, queues[t]), t))
+            yield queues[team].popleft()[1], rank
+            if not queues[team]:
+                del queues[team]
 
 
 def _first(item: tuple) -> tuple:

@@ -25,8 +25,19 @@ def outranks(candidate_rank: int, victim_rank: int) -> bool:
 
 
 def protected_by_min_runtime(victim: Segment, now: float, policy: Policy) -> bool:
-    """Anti-thrash: a segment that started less than `min_runtime_s` ago is never preempted."""
-    return victim.started_at is not None and now - victim.started_at < policy.min_runtime_s
+    """Anti-thrash: a job that has held its GPUs for less than `min_runtime_s` is never
+    preempted. The hold starts at `held_since` when given (a job whose next segment
+    continued on its GPUs at a boundary keeps its hold), else at the segment's start."""
+    since = victim.held_since if victim.held_since is not None else victim.started_at
+    return since is not None and now - since < policy.min_runtime_s
+
+
+def urgent_may_override(victim: Segment, policy: Policy) -> bool:
+    """Urgent work is not held up by the anti-thrash rule: with `urgent_overrides_min_runtime`
+    an urgent segment may preempt a victim inside its minimum runtime when no other victim
+    frees enough (such victims are tried last). Only urgent, only strictly lower ranks."""
+    return (policy.preemption and policy.ordering == "tier" and policy.urgent_overrides_min_runtime
+            and not victim.stopping)
 
 
 def fair_share_may_preempt(candidate_ratio: float, victim_ratio: float, policy: Policy) -> bool:

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from work_pools.policy import rules
 from work_pools.policy.model import Policy, Segment
 from work_pools.policy.placement import GpuPool
+from yoloq.tiers import Tier
+
+_URGENT = int(Tier.URGENT)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,10 @@ class VictimPlanner:
         eligible = [v for v in running if v.stopping or (
             policy.preemption and not rules.protected_by_min_runtime(v, now, policy))]
         self.order = sorted(eligible, key=lambda v: rules.victim_key(v, ranks[v.id], now))
+        chosen = {v.id for v in eligible}
+        self.protected = sorted(
+            (v for v in running if v.id not in chosen and rules.urgent_may_override(v, policy)),
+            key=lambda v: rules.victim_key(v, ranks[v.id], now))
         self.taken: set[str] = set()
         self._head = 0  # self.order[:_head] are all taken
         self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
@@ -61,6 +68,8 @@ class VictimPlanner:
         """True when no segment of rank >= `rank` can preempt anyone any more this round
         (no victim left that is stopping, ranks lower, or is a fair-share target)."""
         order, taken = self.order, self.taken
+        if rank <= _URGENT and any(v.id not in taken for v in self.protected):
+            return False
         while self._head < len(order) and order[self._head].id in taken:
             self._head += 1
         if self._head == len(order):
@@ -89,7 +98,7 @@ class VictimPlanner:
         ready = pool.fitting_by_node(seg.est_mem_gb, allow_shared) if need > 1 else {}
         states: dict[str, _NodeState] = {}
         best: tuple[tuple, Plan] | None = None
-        for victim in self.order:
+        for victim in self.candidates(rank):
             if victim.id in self.taken or not self.may_preempt(seg, rank, victim):
                 continue
             node = victim.node
@@ -115,6 +124,17 @@ class VictimPlanner:
             if best is None or cost < best[0]:
                 best = (cost, found)
         return best[1] if best else None
+
+    def candidates(self, rank: int) -> list[Segment]:
+        """Victims in preference order; an urgent segment may also take protected ones, after
+        every unprotected victim (`rules.urgent_may_override`)."""
+        if rank <= _URGENT and self.protected:
+            return self.order + self.protected
+        return self.order
+
+    @property
+    def any(self) -> bool:
+        return bool(self.order or self.protected)
 
     def set_cost(self, plan: Plan) -> tuple:
         """Lower tier first (the most urgent victim harmed ranks as low as possible), then the

@@ -8,6 +8,13 @@ boundary, an epoch = duration / epochs); a boundary itself checkpoints. The
 scheduler sees estimated durations (true x lognormal(0, `estimate_sigma`)),
 completions follow the true ones. Gangs take `gpus` GPUs and run at the
 slowest one's speed.
+
+Also measured: the number of jobs in the system over time (Themis' N), GPU
+time left idle while a waiting job would have fitted on free GPUs (a
+work-conservation check), and, with soft preemption, throttles: the urgent
+job starts at the victim's next epoch boundary on the victim's GPU and both
+run at half the GPU's speed until one of them stops (the simulator's model of
+two jobs sharing one GPU's compute).
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from dataclasses import dataclass, field
 
 from work_pools.policy import fairshare
 from work_pools.policy.decide import decide
-from work_pools.policy.eta import Eta, estimate
-from work_pools.policy.model import Gpu, Policy, Segment, Snapshot
+from work_pools.policy.eta import Eta
+from work_pools.policy.model import Gpu, Policy, Segment, Snapshot, Throttle
+from work_pools.simulate.etas import EtaTracker
 from work_pools.simulate.trace import TraceJob
 
 _EPS = 1e-6
@@ -35,7 +43,11 @@ class JobRun:
     done_s: float = 0.0  # reference seconds of work done
     gpus_held: tuple[int, ...] = ()
     speed: float = 0.0
-    run_start: float = 0.0
+    run_start: float = 0.0  # since the last speed change (progress accounting)
+    started_seg_at: float = 0.0  # when the current segment started
+    held_since: float = 0.0  # when the job's uninterrupted hold of its GPUs began
+    last_gpus: tuple[int, ...] = ()
+    last_stop: float | None = None
     waiting_since: float = 0.0
     segment_no: int = 0
     first_start: float | None = None
@@ -46,8 +58,20 @@ class JobRun:
     speed_s: float = 0.0  # integral of speed over run time (for the mean speed)
     attained_gpu_s: float = 0.0
     held: deque = field(default_factory=deque)  # (start, end) intervals holding a GPU
-    eta: Eta | None = None
+    eta: Eta | None = None  # calibrated (what the board shows)
+    eta_raw: Eta | None = None  # the forward run alone
     segment: Segment | None = None  # cached waiting segment
+    in_system_at_submit: float = 0.0  # the simulator's jobs-in-system integral at submit
+    in_system_at_finish: float = 0.0
+    batch: int = 16  # the simulator's batch (a throttle lowers it)
+    throttled: int = 0  # times this job was throttled (soft preemption)
+    sharing_with: str | None = None  # job id sharing this job's GPU
+
+    @property
+    def mem_gb(self) -> float:
+        """Memory at the current batch: 35% fixed, 65% proportional to the batch."""
+        fixed, per_image = _memory_model(self.spec.gpu_mem_gb)
+        return fixed + self.batch * per_image
 
     @property
     def epoch_s(self) -> float:
@@ -58,6 +82,14 @@ class JobRun:
         return self.spec.job_id
 
 
+BATCH = 16
+_FIXED_SHARE = 0.35
+
+
+def _memory_model(mem_gb: float) -> tuple[float, float]:
+    return _FIXED_SHARE * mem_gb, (1 - _FIXED_SHARE) * mem_gb / BATCH
+
+
 @dataclass
 class SimResult:
     jobs: list[JobRun]
@@ -66,23 +98,32 @@ class SimResult:
     busy_gpu_s: float
     team_tu: dict[str, float]
     unschedulable: list[str]
+    idle_while_waiting_gpu_s: float = 0.0  # free GPUs a waiting job would have fitted
+    throttles: int = 0
 
 
 class Simulator:
     def __init__(self, trace: list[TraceJob], gpus: tuple[Gpu, ...], policy: Policy, *,
                  segment_s: float = 600.0, estimate_sigma: float = 0.5, seed: int = 0,
-                 eta: bool = True) -> None:
+                 eta: bool = True, calibrate: bool = True) -> None:
         if not (math.isfinite(segment_s) and segment_s > 0):
             raise ValueError(f"segment_s must be a positive number of seconds, not {segment_s}")
         self.gpus = gpus
         self.policy = policy
         self.segment_s = segment_s
         self.with_eta = eta
+        self.etas = EtaTracker(policy, len(gpus), calibrate=calibrate)
+        self.in_system_s = 0.0  # integral of (running + waiting jobs) dt
+        self.idle_while_waiting_gpu_s = 0.0
+        self._idle_fit = 0  # free GPUs a waiting job fits on, since the last decision
+        self.deferred: list[tuple[float, Throttle]] = []  # throttled starts, by time
+        self.throttles = 0
         rng = random.Random(seed)
         self.jobs = [JobRun(j, j.duration_s * math.exp(rng.gauss(0, estimate_sigma)))
                      for j in sorted(trace, key=lambda j: (j.submit_time, j.job_id))]
         self.by_id = {j.id: j for j in self.jobs}
-        self.speeds = {g.index: g.speed for g in gpus}
+        self.slot_of = {g.key: n for n, g in enumerate(gpus)}
+        self.speeds = {n: g.speed for n, g in enumerate(gpus)}
         self.running: dict[str, JobRun] = {}
         self.waiting: dict[str, JobRun] = {}
         self.ledger = fairshare.UsageLedger()
@@ -96,8 +137,9 @@ class Simulator:
         """Replay the trace to the end (or stop at simulated time `until`)."""
         pending = deque(self.jobs)
         self.now = pending[0].spec.submit_time if pending else 0.0
-        while pending or self.running or self.waiting:
-            t = min(self._next_arrival(pending), self._next_completion(), self._next_boundary())
+        while pending or self.running or self.waiting or self.deferred:
+            t = min(self._next_arrival(pending), self._next_completion(), self._next_boundary(),
+                    self._next_deferred())
             if t > until:
                 self._advance(until)
                 break
@@ -108,21 +150,28 @@ class Simulator:
             self._complete()
             if self.running and abs(t - self._boundary_at(t)) < _EPS:
                 self._boundary()
+            self._start_deferred()
             arrived = []
             while pending and pending[0].spec.submit_time <= t + _EPS:
                 job = pending.popleft()
+                job.in_system_at_submit = self.in_system_s
                 self._enqueue(job, job.spec.submit_time)
+                self.etas.arrived(t, int(job.spec.tier), job.spec.gpus * job.est_duration_s)
                 arrived.append(job.id)
             self._schedule(arrived)
+            self._idle_fit = self._free_gpus_a_waiting_job_fits()
         return SimResult(self.jobs, self.gpus, self.policy, self.busy_gpu_s, self.team_tu,
-                         self.unschedulable)
+                         self.unschedulable, self.idle_while_waiting_gpu_s, self.throttles)
+
+    def _next_deferred(self) -> float:
+        return self.deferred[0][0] if self.deferred else math.inf
 
     def _next_arrival(self, pending: deque) -> float:
         return pending[0].spec.submit_time if pending else math.inf
 
     def _next_completion(self) -> float:
         return min((j.run_start + (j.spec.duration_s - j.done_s) / j.speed
-                    for j in self.running.values()), default=math.inf)
+                    for j in self.running.values() if j.speed > 0), default=math.inf)
 
     def _boundary_at(self, t: float) -> float:
         return round(t / self.segment_s) * self.segment_s
@@ -136,10 +185,15 @@ class Simulator:
     def _advance(self, t: float) -> None:
         dt = t - self.now
         charges: dict[str, float] = {}
+        self.in_system_s += dt * (len(self.running) + len(self.waiting) + len(self.deferred))
+        self.idle_while_waiting_gpu_s += dt * self._idle_fit
+        busy: set[int] = set()
         for job in self.running.values():
-            used = fairshare.tu(sum(self.speeds[i] for i in job.gpus_held), dt)
+            share = 0.5 if job.sharing_with else 1.0
+            used = fairshare.tu(sum(self.speeds[i] for i in job.gpus_held) * share, dt)
             charges[job.spec.team] = charges.get(job.spec.team, 0.0) + used
-            self.busy_gpu_s += dt * len(job.gpus_held)
+            busy.update(job.gpus_held)
+        self.busy_gpu_s += dt * len(busy)
         for team, used in charges.items():
             self.team_tu[team] = self.team_tu.get(team, 0.0) + used
         self.ledger = fairshare.charge(self.ledger, charges, t, self.policy)
@@ -156,19 +210,41 @@ class Simulator:
         job.speed_s += wall * job.speed
         job.attained_gpu_s += wall * len(job.gpus_held)
         job.held.append((job.run_start, self.now))
+        job.last_gpus, job.last_stop = job.gpus_held, self.now
         job.gpus_held = ()
         del self.running[job.id]
+        self._unshare(job)
+
+    def _rebase(self, job: JobRun, speed: float) -> None:
+        """Credit the work done so far and continue at `speed` (a throttle began or ended)."""
+        wall = self.now - job.run_start
+        job.done_s = self._progress(job)
+        job.run_s += wall
+        job.speed_s += wall * job.speed
+        job.attained_gpu_s += wall * len(job.gpus_held)
+        job.held.append((job.run_start, self.now))
+        job.run_start, job.speed = self.now, speed
+
+    def _unshare(self, job: JobRun) -> None:
+        other = self.by_id.get(job.sharing_with) if job.sharing_with else None
+        job.sharing_with = None
+        if other is not None and other.id in self.running:
+            other.sharing_with = None
+            self._rebase(other, min(self.speeds[i] for i in other.gpus_held))
 
     def _complete(self) -> None:
         for job in [j for j in self.running.values()
                     if self._progress(j) >= j.spec.duration_s - 1e-3]:
             self._stop(job)
             job.finish = self.now
+            job.in_system_at_finish = self.in_system_s
 
     def _boundary(self) -> None:
         for job in list(self.running.values()):
-            self._stop(job)
-            self._enqueue(job, self.now)
+            if job.id in self.running:
+                self._stop(job)
+                job.batch = BATCH  # a throttle lasts until the segment ends
+                self._enqueue(job, self.now)
 
     def _enqueue(self, job: JobRun, since: float) -> None:
         job.waiting_since = since
@@ -178,23 +254,73 @@ class Simulator:
 
     # -- deciding ------------------------------------------------------------
     def _schedule(self, arrived: list[str]) -> None:
-        for attempt in range(8):
+        """Decide until nothing more is preempted (a preemption frees GPUs at once here)."""
+        while True:
             snapshot = self._snapshot()
             decision = decide(snapshot, self.policy, self.now)
-            if attempt == 0 and arrived and self.with_eta:
+            if arrived and self.with_eta:
                 self._record_eta(snapshot, arrived)
+                arrived = []
             for p in decision.preempt:
                 self._preempt(self.running[p.job_id])
             for a in decision.admit:
-                self._start(self.waiting.pop(a.job_id), a.gpu_indices)
+                slots = tuple(self.slot_of[(a.node, i)] for i in a.gpu_indices)
+                self._start(self.waiting.pop(a.job_id), slots)
+            for throttle in decision.throttle:
+                self._defer(throttle)
             if not decision.preempt:
                 return
 
     def _record_eta(self, snapshot: Snapshot, arrived: list[str]) -> None:
         ids = {self.waiting[j].segment.id for j in arrived if j in self.waiting}
-        for sid, eta in estimate(snapshot, self.policy, self.now, only=ids).items():
-            if sid in ids:
-                self.by_id[sid.rsplit("/", 1)[0]].eta = eta
+        for sid, prediction in self.etas.predict(snapshot, self.now, ids).items():
+            job = self.by_id[sid.rsplit("/", 1)[0]]
+            job.eta, job.eta_raw = prediction.calibrated, prediction.raw
+
+    def _defer(self, throttle: Throttle) -> None:
+        """Start the urgent job on the victim's GPU at the victim's next epoch boundary."""
+        victim = self.running[throttle.victim_job_id]
+        progress = self._progress(victim)
+        boundary = math.ceil(progress / victim.epoch_s - 1e-9) * victim.epoch_s
+        at = self.now + max(0.0, boundary - progress) / victim.speed
+        self.waiting.pop(throttle.for_job_id)
+        self.deferred.append((at, throttle))
+        self.deferred.sort(key=lambda d: (d[0], d[1].for_job_id))
+        self.throttles += 1
+
+    def _start_deferred(self) -> None:
+        while self.deferred and self.deferred[0][0] <= self.now + _EPS:
+            _, throttle = self.deferred.pop(0)
+            job = self.by_id[throttle.for_job_id]
+            slot = self.slot_of[(throttle.node, throttle.gpu_index)]
+            victim = self.running.get(throttle.victim_job_id)
+            if victim is not None and slot in victim.gpus_held and not victim.sharing_with:
+                victim.batch = throttle.new_batch
+                victim.throttled += 1
+                self._rebase(victim, victim.speed * 0.5)
+                self._start(job, (slot,))
+                self._rebase(job, job.speed * 0.5)
+                job.sharing_with, victim.sharing_with = victim.id, job.id
+            elif not any(slot in j.gpus_held for j in self.running.values()):
+                self._start(job, (slot,))
+            else:
+                self._enqueue(job, self.now)
+
+    def _free_gpus_a_waiting_job_fits(self) -> int:
+        """Free GPUs, if some waiting job fits on free GPUs of one node now; else 0."""
+        held = {i for j in self.running.values() for i in j.gpus_held}
+        held |= {self.slot_of[(t.node, t.gpu_index)] for _, t in self.deferred}
+        free = [n for n in range(len(self.gpus)) if n not in held]
+        if not free or not self.waiting:
+            return 0
+        for job in self.waiting.values():
+            fitting = [n for n in free if self.gpus[n].mem_total_gb >= job.spec.gpu_mem_gb]
+            nodes: dict[str, int] = {}
+            for n in fitting:
+                nodes[self.gpus[n].node] = nodes.get(self.gpus[n].node, 0) + 1
+            if any(c >= job.spec.gpus for c in nodes.values()):
+                return len(free)
+        return 0
 
     def _preempt(self, job: JobRun) -> None:
         progress = self._progress(job)
@@ -202,42 +328,59 @@ class Simulator:
         lost = progress - checkpoint
         gpus = len(job.gpus_held)
         self._stop(job)
+        job.last_stop = None  # a preempted job's hold ends here
         job.done_s = checkpoint
         job.redone_gpu_s += lost / job.speed * gpus
         job.preemptions += 1
+        job.batch = BATCH
         self._enqueue(job, self.now)
 
     def _start(self, job: JobRun, indices: tuple[int, ...]) -> None:
         job.gpus_held = tuple(indices)
         job.speed = min(self.speeds[i] for i in indices)
-        job.run_start = self.now
+        continued = job.last_stop is not None and abs(job.last_stop - self.now) < _EPS \
+            and set(job.last_gpus) == set(indices)
+        if not continued:
+            job.held_since = self.now
+        job.run_start = job.started_seg_at = self.now
         if job.first_start is None:
             job.first_start = self.now
+            self.etas.started(job.id, self.now)
         self.running[job.id] = job
 
     # -- snapshots -------------------------------------------------------------
     def _snapshot(self) -> Snapshot:
-        free = {g.index: g.mem_total_gb for g in self.gpus}
+        free = [g.mem_total_gb for g in self.gpus]
         running = []
         for job in self.running.values():
             for i in job.gpus_held:
-                free[i] -= job.spec.gpu_mem_gb
+                free[i] -= job.mem_gb
             running.append(self._running_segment(job))
-        gpus = tuple(Gpu(g.index, g.name, g.mem_total_gb, free[g.index], g.speed, g.uuid)
-                     for g in self.gpus)
+        for _, throttle in self.deferred:  # memory promised to a throttled start
+            free[self.slot_of[(throttle.node, throttle.gpu_index)]] -= \
+                self.by_id[throttle.for_job_id].mem_gb
+        gpus = tuple(Gpu(g.index, g.name, g.mem_total_gb, free[n], g.speed, g.uuid, g.node)
+                     for n, g in enumerate(self.gpus))
         waiting = tuple(self._waiting_segment(j) for j in self.waiting.values())
         return Snapshot(gpus, tuple(running), waiting, self.ledger.decayed_tu,
                         self.ledger.period_tu)
 
     def _base_segment(self, job: JobRun, done: float) -> Segment:
         spec = job.spec
+        fixed, per_image = _memory_model(spec.gpu_mem_gb)
         return Segment(
             id=f"{spec.job_id}/{job.segment_no}", job_id=spec.job_id, team=spec.team,
             tier=spec.tier, submitted_at=spec.submit_time, waiting_since=job.waiting_since,
             est_mem_gb=spec.gpu_mem_gb, gpus=spec.gpus, job_class=spec.klass,
             est_remaining_s=max(job.est_duration_s - done, 0.1 * job.est_duration_s, 60.0),
             epoch=int(done / job.epoch_s + 1e-9), epochs=spec.epochs,
-            attained_gpu_s=job.attained_gpu_s, held_window_s=self._held_in_window(job))
+            attained_gpu_s=job.attained_gpu_s, held_window_s=self._held_in_window(job),
+            batch=job.batch, mem_per_image_gb=per_image, fixed_mem_gb=fixed,
+            measured_epoch_s=self._measured_epoch_s(job, done))
+
+    def _measured_epoch_s(self, job: JobRun, done: float) -> float | None:
+        """After the first epoch the worker knows the job's real epoch time (at speed 1.0)."""
+        return job.epoch_s if done >= job.epoch_s - 1e-6 else None
 
     def _waiting_segment(self, job: JobRun) -> Segment:
         if job.segment is None:
@@ -250,8 +393,11 @@ class Simulator:
         since_checkpoint = progress - checkpoint
         seg = self._base_segment(job, progress)
         attained = job.attained_gpu_s + (self.now - job.run_start) * len(job.gpus_held)
-        return Segment(**{**seg.__dict__, "gpu_indices": job.gpus_held,
-                          "started_at": job.run_start, "attained_gpu_s": attained,
+        first = self.gpus[job.gpus_held[0]]
+        indices = tuple(self.gpus[i].index for i in job.gpus_held)
+        return Segment(**{**seg.__dict__, "gpu_indices": indices, "node": first.node,
+                          "est_mem_gb": job.mem_gb, "started_at": job.started_seg_at,
+                          "attained_gpu_s": attained, "held_since": job.held_since,
                           "last_checkpoint_at": self.now - since_checkpoint / job.speed})
 
     def _held_in_window(self, job: JobRun) -> float:

@@ -2,15 +2,29 @@
 
 - JCT (job completion time) = finish - submit: mean, p50/p95/p99.
 - Queueing delay = first start - submit, p50/p99 per tier.
-- Finish-time fairness rho (Themis) = JCT / JCT alone, where JCT alone is the
-  job's duration at the mean speed of the GPUs it actually ran on: max and p95.
+- Slowdown = JCT / the job's run time alone on the GPUs it actually ran on (its
+  duration at their mean speed): max and p95 (`max_slowdown`, `p95_slowdown`).
+  Its maximum is usually the longest wait of a one-minute job.
+- Finish-time fairness rho (Themis) = JCT / T_ideal, where T_ideal is the JCT
+  the job would have had alone on an equal 1/N share of the cluster:
+  T_ideal = duration / (mean GPU speed x min(1, (GPUs / N) / job's GPUs)), and N
+  is the number of contending jobs: the time-average number of jobs in the
+  system (running, waiting or about to start) over the job's own life, itself
+  included. rho <= 1: the job did at least as well as with its equal share.
+  Max and p95 (`themis_max_rho` = `max_rho`, `themis_p95_rho` = `p95_rho`).
 - Jain's index over teams of x = (team's share of the TU used) / (its entitlement
   by weight); 1.0 is perfectly proportional (teams with little demand lower it).
 - Utilisation = busy GPU-seconds / (GPUs x span from first submit to last finish).
 - Preemptions per job; GPU-seconds redone (work lost since the last checkpoint).
-- ETA error, for the estimate made at submit: median absolute percentage error
-  of the predicted wait (|predicted - actual| / max(actual, 60 s)), and the share
-  of jobs whose actual start fell inside the predicted 80% interval.
+- ETA error, for the estimate made at submit and shown to the user (calibrated,
+  see `work_pools.policy.calibrate`): median absolute percentage error of the
+  predicted wait (|predicted - actual| / max(actual, 60 s)), and the share of jobs
+  whose actual start fell inside the predicted 80% interval (`eta_mape`,
+  `eta_coverage_80`); the same for the uncalibrated forward run
+  (`eta_raw_mape`, `eta_raw_coverage_80`).
+- Work conservation: `idle_while_waiting_gpu_s`, GPU-seconds during which GPUs
+  stood free while a waiting job would have fitted on free GPUs of one node.
+- `throttles`: soft preemptions (a job shared a lower-tier job's GPU).
 """
 
 from __future__ import annotations
@@ -31,8 +45,9 @@ def _pct(values: list[float], q: float) -> float | None:
 def summarise(result: SimResult) -> dict:
     done = [j for j in result.jobs if j.finish is not None]
     jct = [j.finish - j.spec.submit_time for j in done]
-    rho = [(j.finish - j.spec.submit_time) / (j.spec.duration_s / (j.speed_s / j.run_s))
-           for j in done if j.run_s > 0]
+    slowdown = [(j.finish - j.spec.submit_time) / (j.spec.duration_s / (j.speed_s / j.run_s))
+                for j in done if j.run_s > 0]
+    rho = themis_rho(result)
     span = (max((j.finish for j in done), default=0.0)
             - min((j.spec.submit_time for j in result.jobs), default=0.0))
     out = {
@@ -47,13 +62,34 @@ def summarise(result: SimResult) -> dict:
         **_waits_by_tier(result),
         "max_rho": max(rho) if rho else None,
         "p95_rho": _pct(rho, 95),
+        "themis_max_rho": max(rho) if rho else None,
+        "themis_p95_rho": _pct(rho, 95),
+        "max_slowdown": max(slowdown) if slowdown else None,
+        "p95_slowdown": _pct(slowdown, 95),
         "jain": _jain(result),
         "utilization": result.busy_gpu_s / (len(result.gpus) * span) if span > 0 else None,
+        "idle_while_waiting_gpu_s": result.idle_while_waiting_gpu_s,
+        "throttles": result.throttles,
         "preemptions_per_job": sum(j.preemptions for j in result.jobs) / max(1, len(result.jobs)),
         "redone_gpu_s": sum(j.redone_gpu_s for j in result.jobs),
         **_eta_errors(result),
         "makespan_s": span,
     }
+    return out
+
+
+def themis_rho(result: SimResult) -> list[float]:
+    """Finish-time fairness per finished job (see the module docstring)."""
+    gpus = len(result.gpus)
+    mean_speed = sum(g.speed for g in result.gpus) / gpus
+    out = []
+    for j in result.jobs:
+        if j.finish is None or j.finish <= j.spec.submit_time:
+            continue
+        jct = j.finish - j.spec.submit_time
+        contending = max(1.0, (j.in_system_at_finish - j.in_system_at_submit) / jct)
+        share = min(1.0, (gpus / contending) / j.spec.gpus)
+        out.append(jct / (j.spec.duration_s / (mean_speed * share)))
     return out
 
 
@@ -78,13 +114,21 @@ def _jain(result: SimResult) -> float | None:
 
 
 def _eta_errors(result: SimResult) -> dict:
+    shown = _eta_scores(result, "eta")
+    raw = _eta_scores(result, "eta_raw")
+    return {"eta_mape": shown[0], "eta_coverage_80": shown[1],
+            "eta_raw_mape": raw[0], "eta_raw_coverage_80": raw[1]}
+
+
+def _eta_scores(result: SimResult, field: str) -> tuple[float | None, float | None]:
     ape, covered = [], []
     for j in result.jobs:
-        if j.eta is None or j.first_start is None:
+        eta = getattr(j, field)
+        if eta is None or j.first_start is None:
             continue
         actual = j.first_start - j.spec.submit_time
-        predicted = j.eta.start_s - j.spec.submit_time
+        predicted = eta.start_s - j.spec.submit_time
         ape.append(abs(predicted - actual) / max(actual, _WAIT_FLOOR_S))
-        covered.append(j.eta.start_low_s - 1 <= j.first_start <= j.eta.start_high_s + 1)
-    return {"eta_mape": float(np.median(ape)) if ape else None,
-            "eta_coverage_80": sum(covered) / len(covered) if covered else None}
+        covered.append(eta.start_low_s - 1 <= j.first_start <= eta.start_high_s + 1)
+    return (float(np.median(ape)) if ape else None,
+            sum(covered) / len(covered) if covered else None)

@@ -1,0 +1,144 @@
+"""ETA calibration from the queue's own history (conformal-style), pure.
+
+`estimate` runs the policy forward over today's queue; it ignores future
+arrivals and aging and trusts the duration estimates, so its raw interval is
+too narrow and biased when the queue is busy. The calibrator corrects it with
+what the queue actually did:
+
+1. Every prediction is recorded with the actual start (`EtaRecord`: tier,
+   load, predicted wait, actual wait).
+2. For a new prediction of tier t at load L, take the records of the same
+   tier and load bucket (falling back to the tier, then to all records, while
+   fewer than `min_records`; the newest `window` records only) and their
+   log-ratio errors r = ln((actual + F) / (predicted + F)), F = `FLOOR_S`.
+3. The calibrated start is predicted x exp(q50(r)); the 80% interval uses the
+   split-conformal quantiles of r at levels floor((n+1) 0.1)/n and
+   ceil((n+1) 0.9)/n, so that with exchangeable errors at least 80% of
+   future starts fall inside (and, with many records, not many more).
+4. `arrival_inflation` accounts for work that will arrive ahead of the job:
+   with higher-or-equal-rank work arriving at a rate that keeps a share rho of
+   the GPUs busy, a wait of w grows to about w / (1 - rho) (a busy period).
+   The simulator and the live board apply it before calibrating.
+
+Load is the queue's drain time: waiting GPU-seconds ahead / GPUs, in seconds;
+its bucket edges are `LOAD_EDGES_S`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+FLOOR_S = 60.0
+LOAD_EDGES_S = (600.0, 3600.0, 4 * 3600.0, 16 * 3600.0)
+MAX_INFLATION_RHO = 0.9
+
+
+@dataclass(frozen=True)
+class EtaRecord:
+    """One past prediction and what happened. Waits are seconds from the prediction."""
+
+    tier: int
+    load_s: float
+    predicted_s: float
+    actual_s: float
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A calibrated wait: median and 80% interval, in seconds from the prediction.
+    `records` says how many past predictions it rests on (0: uncalibrated)."""
+
+    wait_s: float
+    low_s: float
+    high_s: float
+    records: int = 0
+    scope: str = "none"  # "tier+load", "tier", "all" or "none"
+
+
+def load_bucket(load_s: float) -> int:
+    return bisect.bisect_right(LOAD_EDGES_S, max(0.0, load_s))
+
+
+def log_error(record: EtaRecord) -> float:
+    return math.log((record.actual_s + FLOOR_S) / (max(record.predicted_s, 0.0) + FLOOR_S))
+
+
+class Calibrator:
+    """Calibration state as plain data: the newest `window` records per (tier, bucket).
+    `add` returns nothing and keeps at most `window` per key; `interval` is pure."""
+
+    def __init__(self, window: int = 400, min_records: int = 20) -> None:
+        self.window = window
+        self.min_records = min_records
+        self._errors: dict[tuple[int, int], list[float]] = {}
+
+    def add(self, record: EtaRecord) -> None:
+        key = (record.tier, load_bucket(record.load_s))
+        errors = self._errors.setdefault(key, [])
+        errors.append(log_error(record))
+        if len(errors) > self.window:
+            del errors[: len(errors) - self.window]
+
+    def errors_for(self, tier: int, load_s: float) -> tuple[list[float], str]:
+        exact = self._errors.get((tier, load_bucket(load_s)), [])
+        if len(exact) >= self.min_records:
+            return exact, "tier+load"
+        same_tier = [e for (t, _), errs in self._errors.items() if t == tier for e in errs]
+        if len(same_tier) >= self.min_records:
+            return same_tier, "tier"
+        every = [e for errs in self._errors.values() for e in errs]
+        return every, "all"
+
+    def interval(self, predicted_s: float, low_s: float, high_s: float, tier: int,
+                 load_s: float) -> Interval:
+        errors, scope = self.errors_for(tier, load_s)
+        if len(errors) < self.min_records:
+            return Interval(predicted_s, low_s, high_s, 0, "none")
+        return apply(predicted_s, errors, scope)
+
+
+def calibrate(records: Iterable[EtaRecord], tier: int, load_s: float, predicted_s: float,
+              low_s: float | None = None, high_s: float | None = None, *,
+              min_records: int = 20, window: int = 400) -> Interval:
+    """The calibrated wait for a prediction of `predicted_s` (tier, load) from past records.
+    With fewer than `min_records` usable records, the raw interval comes back unchanged."""
+    calibrator = Calibrator(window=window, min_records=min_records)
+    for record in records:
+        calibrator.add(record)
+    low = predicted_s if low_s is None else low_s
+    high = predicted_s if high_s is None else high_s
+    return calibrator.interval(predicted_s, low, high, tier, load_s)
+
+
+def apply(predicted_s: float, errors: Sequence[float], scope: str = "given") -> Interval:
+    """Shift and widen `predicted_s` by the empirical error quantiles (split conformal)."""
+    ordered = sorted(errors)
+    n = len(ordered)
+    lo = ordered[max(0, math.floor((n + 1) * 0.1) - 1)]
+    hi = ordered[min(n - 1, math.ceil((n + 1) * 0.9) - 1)]
+    mid = _median(ordered)
+    base = max(predicted_s, 0.0) + FLOOR_S
+
+    def at(r: float) -> float:
+        return max(0.0, base * math.exp(r) - FLOOR_S)
+
+    return Interval(at(mid), at(lo), at(hi), n, scope)
+
+
+def arrival_inflation(rates_gpu_s_per_s: Mapping[int, float], rank: int, gpus: float) -> float:
+    """Factor for a wait of rank `rank`: 1 / (1 - rho), rho = the GPU share that work of
+    rank <= `rank` arriving at the observed rates (GPU-seconds per second, by rank)
+    keeps busy, capped at `MAX_INFLATION_RHO`."""
+    if gpus <= 0:
+        return 1.0
+    rho = sum(rate for r, rate in rates_gpu_s_per_s.items() if r <= rank) / gpus
+    return 1.0 / (1.0 - min(max(rho, 0.0), MAX_INFLATION_RHO))
+
+
+def _median(ordered: Sequence[float]) -> float:
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
