@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit", "list audit events"),
     "dataset": ("dataset", "dataset tools (synth, updated)"),
     "alerts": ("alerts", "notify a webhook or notification block when a team exceeds its quota"),
+    "node": ("node", "run this host's node agent: join the pool and run what the scheduler assigns"),
+    "usage": ("usage", "Training Units per team and job, from the segment runs' records"),
     "simulate": ("simulate", "replay a job trace through the scheduling policy"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
 }
