@@ -1,12 +1,19 @@
-"""Replay two generated Philly-like traces (light and overloaded) under fifo,
-priority, las and yoloq on the reference cluster, and print one table.
+"""Replay every trace shape under every policy on the reference cluster: one table per
+shape, then the goals of issue 13 checked on every shape.
 
-    python bench/policies.py [--jobs 2000] [--seed 0] [--cluster 8xA100-80GB,8xV100-32GB]
+    python bench/policies.py [--jobs 800] [--seed 0] [--cluster 8xA100-80GB,8xV100-32GB]
+                             [--shapes light,overloaded,...] [--markdown]
 
-Columns: average / p99 JCT (hours), urgent and low p99 queueing delay (hours),
-max and p95 finish-time fairness rho, Jain's index vs entitlement, GPU
-utilisation, preemptions per job, GPU-hours redone, ETA median abs % error and
-80%-interval coverage, and the wall time of the replay.
+Policies: the baselines fifo, priority, las; yoloq (the tuned preset), yoloq-defaults
+(`Policy()` as the live worker gets it without settings) and yoloq-soft (soft
+preemption on). Rows are sorted by average JCT (strongest first).
+
+Columns: average / p99 JCT (hours); urgent and low p99 queueing delay (seconds /
+hours); Themis finish-time fairness max and p95 (N = jobs in the system over the
+job's life); max slowdown; Jain's index; GPU utilisation; GPU-hours idle while a
+waiting job would have fitted; preemptions and throttles per job; ETA 80%
+coverage and median relative error (calibrated, as shown; raw forward run in
+brackets); replay seconds.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from work_pools.policy import POLICIES  # noqa: E402
-from work_pools.simulate import REFERENCE_CLUSTER, generate, parse_cluster, simulate, summarise  # noqa: E402
+from work_pools.policy.baselines import POLICIES, VARIANTS  # noqa: E402
+from work_pools.simulate import (REFERENCE_CLUSTER, SHAPES, make_trace, parse_cluster,  # noqa: E402
+                                 simulate, summarise)
 
-HEADER = ("trace", "policy", "avgJCT h", "p99JCT h", "urg p99 h", "low p99 h", "max rho",
-          "p95 rho", "jain", "util", "preempt/job", "redone GPUh", "ETA mape", "ETA cov80", "sim s")
+HEADER = ("policy", "avgJCT h", "p99JCT h", "urg p99 s", "low p99 h", "themis max", "themis p95",
+          "max slowdown", "jain", "util", "idle-waiting GPUh", "preempt/job", "throttle/job",
+          "ETA cov80 (raw)", "ETA err (raw)", "sim s")
+BASELINES = ("fifo", "priority", "las")
 
 
 def _h(seconds):
@@ -33,33 +43,88 @@ def _f(value, digits=2):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def row(trace: str, s: dict, wall: float) -> tuple:
+def row(s: dict, wall: float) -> tuple:
     waits = s["wait_p99_s_by_tier"]
-    return (trace, s["policy"], _h(s["avg_jct_s"]), _h(s["p99_jct_s"]), _h(waits.get("urgent")),
-            _h(waits.get("low")), _f(s["max_rho"], 1), _f(s["p95_rho"], 1), _f(s["jain"]),
-            _f(s["utilization"]), _f(s["preemptions_per_job"]), _h(s["redone_gpu_s"]),
-            _f(s["eta_mape"]), _f(s["eta_coverage_80"]), f"{wall:.0f}")
+    urgent = waits.get("urgent")
+    return (s["policy"], _h(s["avg_jct_s"]), _h(s["p99_jct_s"]),
+            "-" if urgent is None else f"{urgent:.0f}", _h(waits.get("low")),
+            _f(s["themis_max_rho"], 1), _f(s["themis_p95_rho"], 1), _f(s["max_slowdown"], 0),
+            _f(s["jain"]), _f(s["utilization"], 3), _h(s["idle_while_waiting_gpu_s"]),
+            _f(s["preemptions_per_job"]), _f(s["throttles"] / max(1, s["jobs"])),
+            f"{_f(s['eta_coverage_80'])} ({_f(s['eta_raw_coverage_80'])})",
+            f"{_f(s['eta_mape'])} ({_f(s['eta_raw_mape'])})", f"{wall:.0f}")
+
+
+def goals(results: dict[str, dict]) -> list[tuple[str, str, bool]]:
+    """Issue 13's goal table for one shape: (figure, value, met)."""
+    ours = results["yoloq"]
+    base = [results[b] for b in BASELINES]
+    out = []
+    ratio = ours["avg_jct_s"] / results["las"]["avg_jct_s"]
+    out.append(("avg JCT yoloq / LAS <= 0.9", f"{ratio:.2f}", ratio <= 0.9))
+    urgent = ours["wait_p99_s_by_tier"].get("urgent")
+    out.append(("urgent p99 wait <= 300 s", "-" if urgent is None else f"{urgent:.0f} s",
+                urgent is None or urgent <= 300))
+    best = max(b["utilization"] for b in base)
+    out.append(("utilisation within 0.02 of the best baseline",
+                f"{ours['utilization']:.3f} vs {best:.3f}", ours["utilization"] >= best - 0.02))
+    cov = ours["eta_coverage_80"]
+    out.append(("ETA 80% coverage in [0.75, 0.90]", _f(cov), cov is not None and 0.75 <= cov <= 0.90))
+    err = ours["eta_mape"]
+    out.append(("ETA median relative error <= 0.30", _f(err), err is not None and err <= 0.30))
+    themis = ours["themis_max_rho"]
+    others = min(results["fifo"]["themis_max_rho"], results["priority"]["themis_max_rho"])
+    out.append(("Themis max below fifo's and priority's", f"{themis:.1f} vs {others:.1f}",
+                themis < others))
+    return out
+
+
+def _table(rows: list[tuple], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+    widths = [max(len(str(r[i])) for r in (HEADER, *rows)) for i in range(len(HEADER))]
+    return "\n".join("  ".join(str(v).rjust(w) for v, w in zip(r, widths)) for r in (HEADER, *rows))
+
+
+def run_shape(shape: str, args, gpus) -> tuple[list[tuple], dict[str, dict]]:
+    trace = make_trace(shape, args.jobs, args.seed, cluster=args.cluster)
+    results, rows = {}, []
+    for name, make in {**POLICIES, **VARIANTS}.items():
+        start = time.perf_counter()
+        summary = summarise(simulate(trace, gpus, make()))
+        wall = time.perf_counter() - start
+        results[name] = summary
+        rows.append((summary["avg_jct_s"], row(summary, wall)))
+        print(f"  {shape} {name}: {wall:.0f} s", file=sys.stderr, flush=True)
+    return [r for _, r in sorted(rows, key=lambda r: r[0])], results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, default=800)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cluster", default=REFERENCE_CLUSTER)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     gpus = parse_cluster(args.cluster)
-    rows = []
-    for load in ("light", "overloaded"):
-        trace = generate(args.jobs, load, args.seed, cluster=args.cluster)
-        for name, make in POLICIES.items():
-            start = time.perf_counter()
-            summary = summarise(simulate(trace, gpus, make()))
-            rows.append(row(f"{load} ({args.jobs})", summary, time.perf_counter() - start))
-            print(" ".join(rows[-1]), file=sys.stderr, flush=True)
-    widths = [max(len(str(r[i])) for r in (HEADER, *rows)) for i in range(len(HEADER))]
-    print(f"cluster {args.cluster}, seed {args.seed}")
-    for r in (HEADER, *rows):
-        print("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
+    started = time.perf_counter()
+    print(f"cluster {args.cluster}, {args.jobs} jobs per shape (urgent-bursts adds its bursts), "
+          f"seed {args.seed}")
+    scorecard = []
+    for shape in args.shapes.split(","):
+        rows, results = run_shape(shape, args, gpus)
+        print(f"\n### {shape} ({results['yoloq']['jobs']} jobs)\n")
+        print(_table(rows, args.markdown))
+        scorecard += [(shape, *g) for g in goals(results)]
+    print("\n### goals (issue 13), yoloq on every shape\n")
+    goal_rows = [(shape, figure, value, "met" if ok else "NOT met")
+                 for shape, figure, value, ok in scorecard]
+    widths = [max(len(r[i]) for r in goal_rows) for i in range(4)]
+    for r in goal_rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

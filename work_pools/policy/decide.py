@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from work_pools.policy import fairshare, rules
 from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Segment,
-                                     Snapshot)
+                                     Snapshot, Throttle)
 from work_pools.policy.ordering import Context, FairQueue, build_context
 from work_pools.policy.placement import GpuPool, describe
 from work_pools.policy.victims import Plan, VictimPlanner
@@ -50,6 +50,7 @@ class _Round:
         self.queue = FairQueue(snapshot.waiting, self.ctx)
         self.admit: list[Admission] = []
         self.preempt: list[Preemption] = []
+        self.throttle: list[Throttle] = []
         self.waiting: dict[str, str] = {}
         self.no_fit = _FailureMemo()
         self.no_victims = _FailureMemo()
@@ -61,7 +62,8 @@ class _Round:
                 self.rest_wait()
                 break
             self.waiting_reason(seg, rank)
-        return Decision(tuple(self.admit), tuple(self.preempt), self.waiting, self.ctx.breaches)
+        return Decision(tuple(self.admit), tuple(self.preempt), self.waiting, self.ctx.breaches,
+                        tuple(self.throttle))
 
     def exhausted(self, rank: int) -> bool:
         """Nothing is free and nobody left may be preempted by this rank or any later one
@@ -124,6 +126,8 @@ class _Round:
         starved = self.ctx.ratios.get(seg.team, 0.0) <= self.policy.fairshare_preempt_under
         kind = (starved,)
         rank = self.queue.preemption_rank(seg, rank)
+        if self.policy.soft_preemption and seg.gpus == 1 and self.try_throttle(seg, rank):
+            return True
         if self.no_victims.failed(kind, rank, seg.gpus, seg.est_mem_gb):
             return False
         plan = self.planner.plan(seg, rank, self.pool)
@@ -133,6 +137,29 @@ class _Round:
         self.planner.commit(plan)
         self.pool.reserve(plan.gpu_indices)
         self.record_preemption(seg, rank, plan)
+        return True
+
+    def try_throttle(self, seg: Segment, rank: int) -> bool:
+        """Soft preemption: share the GPU of a strictly lower-ranked single-GPU segment that is
+        alone on its GPU, whose batch shrinks at its next epoch boundary so both fit."""
+        found = self.planner.throttle_victim(seg, rank, self.pool)
+        if found is None:
+            return False
+        victim, slot, batch = found
+        node, (index,) = self.pool.node_and_indices((slot,))
+        label = rules.segment_label(seg, rank, self.policy)
+        change = (f"keeps batch {batch}" if batch == victim.batch else
+                  f"batch {victim.batch} -> {batch}, accumulate "
+                  f"{rules.accumulate_for(victim.batch)} -> {rules.accumulate_for(batch)}")
+        reason = (f"throttled for job {seg.job_id} ({label}) at epoch {victim.epoch + 1}: "
+                  f"shares GPU {index}, {change} (effective batch kept)")
+        self.throttle.append(Throttle(victim.id, victim.job_id, batch, victim.batch, seg.id,
+                                      seg.job_id, node, index, reason))
+        self.planner.taken.add(victim.id)
+        self.pool.reserve((slot,))
+        where = f" on {node}" if self.pool.multi_node else ""
+        self.waiting[seg.id] = (f"waiting: shares GPU {index}{where} with job {victim.job_id} "
+                                f"from its next epoch boundary (its batch {victim.batch} -> {batch})")
         return True
 
     def record_preemption(self, seg: Segment, rank: int, plan: Plan) -> None:

@@ -109,3 +109,20 @@ def segment_label(seg: Segment, rank: int, policy: Policy) -> str:
     if policy.ordering == "tier" and rank < int(seg.tier):
         return f"{seg.tier.label}, aged to {label}"
     return label
+
+
+def throttle_batch(victim: Segment, gpu_total_gb: float, guest_mem_gb: float,
+                   policy: Policy) -> int | None:
+    """Soft preemption: the batch the victim keeps so that `guest_mem_gb` fits beside it on a
+    GPU of `gpu_total_gb` (its own batch when it already fits), or None when even
+    `soft_min_batch` does not leave room. Needs the victim's memory model."""
+    if victim.mem_per_image_gb <= 0 or len(victim.gpu_indices) != 1:
+        return None
+    room = gpu_total_gb - guest_mem_gb - victim.fixed_mem_gb
+    batch = min(victim.batch, int(room // victim.mem_per_image_gb))
+    return batch if batch >= max(1, policy.soft_min_batch) else None
+
+
+def accumulate_for(batch: int, nbs: int = 64) -> int:
+    """Gradient accumulation that keeps the effective batch `nbs` (ultralytics' rule)."""
+    return max(round(nbs / max(batch, 1)), 1)

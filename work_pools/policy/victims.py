@@ -60,8 +60,13 @@ class VictimPlanner:
         self.protected = sorted(
             (v for v in running if v.id not in chosen and rules.urgent_may_override(v, policy)),
             key=lambda v: rules.victim_key(v, ranks[v.id], now))
+        listed = chosen | {v.id for v in self.protected}
+        self.sheltered = [v for v in running if v.id not in listed and not v.stopping] \
+            if policy.soft_preemption else []
+        self.sheltered.sort(key=lambda v: rules.victim_key(v, ranks[v.id], now))
         self.taken: set[str] = set()
         self._head = 0  # self.order[:_head] are all taken
+        self._softest_at, self._softest_rank = -1, 0
         self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
 
     def exhausted_for(self, rank: int) -> bool:
@@ -70,6 +75,8 @@ class VictimPlanner:
         order, taken = self.order, self.taken
         if rank <= _URGENT and any(v.id not in taken for v in self.protected):
             return False
+        if self.sheltered and self._softest() > rank:
+            return False  # a throttle may still help
         while self._head < len(order) and order[self._head].id in taken:
             self._head += 1
         if self._head == len(order):
@@ -125,6 +132,33 @@ class VictimPlanner:
                 best = (cost, found)
         return best[1] if best else None
 
+    def _softest(self) -> int:
+        """Largest rank among victims a throttle could still use (cached per taken count)."""
+        if self._softest_at != len(self.taken):
+            self._softest_at = len(self.taken)
+            self._softest_rank = max((self.ranks[v.id] for v in (*self.protected, *self.sheltered)
+                                      if v.id not in self.taken), default=0)
+        return self._softest_rank
+
+    def throttle_victim(self, seg: Segment, rank: int,
+                        pool: GpuPool) -> tuple[Segment, int, int] | None:
+        """(victim, slot, batch) for soft preemption: the first strictly lower-ranked victim
+        in preference order (minimum runtime does not protect: nobody is stopped) that is
+        alone on one GPU and can shrink its batch to make room, or None."""
+        for victim in self.order + self.protected + self.sheltered:
+            if victim.id in self.taken or victim.stopping:
+                continue
+            if not rules.outranks(rank, self.ranks[victim.id]):
+                continue
+            slots = pool.slots(victim)
+            if len(slots) != 1 or slots[0] in pool.reserved or len(pool.occupants[slots[0]]) != 1:
+                continue
+            batch = rules.throttle_batch(victim, pool.gpus[slots[0]].mem_total_gb,
+                                         seg.est_mem_gb, self.policy)
+            if batch is not None:
+                return victim, slots[0], batch
+        return None
+
     def candidates(self, rank: int) -> list[Segment]:
         """Victims in preference order; an urgent segment may also take protected ones, after
         every unprotected victim (`rules.urgent_may_override`)."""
@@ -134,7 +168,7 @@ class VictimPlanner:
 
     @property
     def any(self) -> bool:
-        return bool(self.order or self.protected)
+        return bool(self.order or self.protected or self.sheltered)
 
     def set_cost(self, plan: Plan) -> tuple:
         """Lower tier first (the most urgent victim harmed ranks as low as possible), then the

@@ -9,7 +9,8 @@ from work_pools.simulate.cluster import parse_cluster
 from work_pools.simulate.engine import SimResult, Simulator, simulate
 from work_pools.simulate.generate import REFERENCE_CLUSTER, generate
 from work_pools.simulate.metrics import summarise
+from work_pools.simulate.shapes import SHAPES, make_trace
 from work_pools.simulate.trace import COLUMNS, TIRESIAS_COLUMNS, TraceJob, read_trace, write_trace
 
 __all__ = ["COLUMNS", "REFERENCE_CLUSTER", "TIRESIAS_COLUMNS", "SimResult", "Simulator", "TraceJob",
-           "generate", "parse_cluster", "read_trace", "simulate", "summarise", "write_trace"]
+           "SHAPES", "generate", "make_trace", "parse_cluster", "read_trace", "simulate", "summarise", "write_trace"]
