@@ -114,13 +114,16 @@ def _mutate_dataset(rng: random.Random, ds: Path) -> str:
         tokens = ["0", "1", "2", "3", "-1", "0.5", "1.5", "nan", "inf", "x", "1e9", "0.2", "0.1"]
         rows = [" ".join(rng.choice(tokens) for _ in range(rng.choice([1, 4, 5, 5, 5, 6, 7, 9])))
                 for _ in range(rng.randint(0, 4))]
-        rng.choice(labels).write_text("\n".join(rows) + rng.choice(["", "\n", "\r\n"]))
+        target = rng.choice(labels) if labels else ds / "labels" / "train" / "train_00000.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text("\n".join(rows) + rng.choice(["", "\n", "\r\n"]))
     elif kind == "delete":
         victims = sorted(p for p in ds.rglob("*") if p != data_yaml)
         victim = rng.choice(victims)
         shutil.rmtree(victim) if victim.is_dir() and not victim.is_symlink() else victim.unlink()
     elif kind == "bytes":
-        target = rng.choice([data_yaml, *sorted((ds / "labels").rglob("*.txt"))])
+        target = rng.choice([data_yaml, *sorted((ds / "labels").rglob("*.txt"))] if (ds / "labels").is_dir()
+                            else [data_yaml])
         target.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randint(0, 40))))
         return f"dataset {kind} {target.name}"
     else:
@@ -151,7 +154,10 @@ def build(seed: int, base_dataset: Path, where: Path) -> tuple[list[str], list[s
         if rng.random() < 0.5:
             done.append(_mutate_spec(rng, spec))
         else:
-            done.append(_mutate_dataset(rng, where / "ds"))
+            try:
+                done.append(_mutate_dataset(rng, where / "ds"))
+            except (OSError, IndexError):  # an earlier mutation removed what this one needed
+                done.append("dataset mutation skipped")
     text = yaml.safe_dump(spec, sort_keys=False, allow_unicode=True)
     if rng.random() < 0.2:
         text = _mutate_text(rng, text)

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -158,20 +159,23 @@ def _bool_as_number(raw: dict[str, Any]) -> SpecError | None:
 def load_spec(path: str | Path) -> JobSpec:
     """Load and validate a spec file. Raises SpecError with one clear line."""
     path = Path(path)
-    if not path.is_file():
-        what = "symlink loop" if _is_loop(path) else "not a file" if path.exists() else "file not found"
-        raise SpecError("spec", f"{what}: {path}", "give the path to a YAML or JSON job spec")
+    problem = _stat_problem(path)
+    if problem:
+        raise SpecError("spec", f"{problem}: {str(path)[:200]}", "give the path to a YAML or JSON job spec")
     raw = _parse(path)
     spec = parse_spec(raw, base_dir=path.parent)
     return spec
 
 
-def _is_loop(path: Path) -> bool:
+def _stat_problem(path: Path) -> str | None:
+    """None for a regular file, else what is wrong with the path, in a few words."""
     try:
-        os.stat(path)
+        mode = os.stat(path).st_mode
     except OSError as exc:
-        return exc.errno == errno.ELOOP
-    return False
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "file not found"
+        return "symlink loop" if exc.errno == errno.ELOOP else f"cannot access it ({exc.strerror})"
+    return None if stat.S_ISREG(mode) else "not a file"
 
 
 def parse_spec(raw: Any, base_dir: Path | None = None) -> JobSpec:

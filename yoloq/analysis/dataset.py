@@ -97,12 +97,16 @@ def _data_yaml_missing(path: Path) -> DatasetError:
 
 
 def _no_loop(field_name: str, path: Path) -> None:
-    """A one-line error for a symlink loop (elsewhere it would be a RuntimeError or a hang)."""
+    """A one-line error for a path that cannot even be looked at: a symlink loop (elsewhere a
+    RuntimeError or a hang), a name too long, no permission. A missing path passes (callers say so)."""
     try:
         os.stat(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise DatasetError(field_name, f"symlink loop at {path}", "fix or remove the link") from None
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise DatasetError(field_name, f"cannot access {str(path)[:200]}: {exc.strerror}",
+                               "give a path this user can read") from None
 
 
 def _resolved(field_name: str, path: Path) -> Path:
