@@ -148,6 +148,10 @@ def resolve_model_name(name: str, field: str = "model") -> ModelInfo:
     original YOLOv5; every other name resolves among ultralytics' shipped YAMLs.
     """
     if not name.lower().endswith((".yaml", ".yml")):
+        if name.lower().endswith(".pth") and Path(name).is_file():  # super-gradients' suffix
+            from yoloq.analysis.fingerprint import read_header  # imports this module
+
+            read_header(name, field)  # a YOLO-NAS (super-gradients) checkpoint is refused with why
         raise ModelError(field, f"{name!r} is neither a model YAML name nor a .pt file",
                          "use a name like yolov8n.yaml or yolo11s.yaml, or the path to a .pt checkpoint")
     refuse_family(field, name, refused_family_of_name(name))
