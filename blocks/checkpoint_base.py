@@ -252,7 +252,7 @@ class CheckpointStore(Block, ABC):
     def save_retrying(self, job_id: str, epoch: int, path: Path, *, finished: bool = False,
                       trainings: Iterable[EpochRecord] = (),
                       limit_s: float | None = None) -> CheckpointInfo:
-        """`save_checkpoint`, retried with exponential backoff (1 s, 2 s, 4 s ... at most 30 s
+        """`save_checkpoint`, retried with exponential backoff (1 s, 2 s, 4 s ... at most 10 s
         apart) for up to `limit_s` seconds (default: `YOLOQ_STORE_RETRY_S`, else 120 s).
         Each attempt rewrites the whole checkpoint (data keys are content-addressed); past
         the limit the last error is raised."""
@@ -273,7 +273,7 @@ class CheckpointStore(Block, ABC):
                                exc.__class__.__name__, str(exc).splitlines()[0][:200] if str(exc)
                                else "", delay)
                 time.sleep(delay)
-                delay, attempt = min(delay * 2, 30.0), attempt + 1
+                delay, attempt = min(delay * 2, 10.0), attempt + 1
 
     def list(self, job_id: str) -> builtins.list[CheckpointInfo]:
         """Checkpoints with readable metadata, oldest to newest by epoch."""
