@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="node name: lowercase letters, digits, '-', '_' "
                                        "(default: $YOLOQ_NODE_NAME or the host name)")
     parser.add_argument("--pool", default=None, help="work pool (default yolo-gpu)")
+    parser.add_argument("--json", action="store_true", help="print the join line as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,8 +28,14 @@ def run(args: argparse.Namespace) -> int:
 
     name = validate_node_name(args.name) if args.name else default_node_name()
     env = _node_env()
-    print(f"node {name} joining pool {args.pool or GPU_POOL} at {env['PREFECT_API_URL']}",
-          flush=True)
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps({"node": name, "pool": args.pool or GPU_POOL, "api_url": env["PREFECT_API_URL"]}),
+              flush=True)
+    else:
+        print(f"node {name} joining pool {args.pool or GPU_POOL} at {env['PREFECT_API_URL']}",
+              flush=True)
     command = [sys.executable, "-m", "work_pools.run_worker", "--name", name,
                "--pool", args.pool or GPU_POOL]
     os.execve(sys.executable, command, env)
