@@ -1,7 +1,7 @@
 """`yoloq simulate`: replay a job trace through a scheduling policy, or generate one.
 
     yoloq simulate TRACE --cluster 8xA100-80GB,4xV100-32GB --policy yoloq [--json]
-    yoloq simulate --generate OUT [--jobs N] [--load light|overloaded] [--seed S]
+    yoloq simulate --generate OUT [--jobs N] [--load light|overloaded] [--shape SHAPE] [--seed S]
 
 No Prefect, no torch: only the pure scheduling core in simulated time.
 """
@@ -14,7 +14,8 @@ import math
 
 from yoloq.errors import UserError
 
-_POLICY_NAMES = ("fifo", "priority", "las", "yoloq")
+_POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-soft")
+_SHAPES = ("light", "overloaded", "sustained", "urgent-bursts", "flood")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,20 +32,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generate", metavar="OUT", help="write a Philly-like trace to OUT")
     parser.add_argument("--jobs", type=int, default=2000, help="jobs to generate (default 2000)")
     parser.add_argument("--load", default="overloaded", choices=("light", "overloaded"))
+    parser.add_argument("--shape", choices=_SHAPES,
+                        help="a trace shape (overrides --load): " + ", ".join(_SHAPES))
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run(args: argparse.Namespace) -> int:
-    from work_pools.simulate import REFERENCE_CLUSTER, generate, write_trace
+    from work_pools.simulate import REFERENCE_CLUSTER, make_trace, write_trace
 
+    _check_segment_s(args.segment_s)
     if args.generate:
         if args.jobs < 1:
             raise UserError("--jobs", "must be at least 1", "e.g. --jobs 2000")
-        jobs = generate(args.jobs, args.load, args.seed)
+        shape = args.shape or args.load
+        jobs = make_trace(shape, args.jobs, args.seed)
         write_trace(args.generate, jobs)
-        print(f"wrote {len(jobs)} jobs ({args.load}, seed {args.seed}) to {args.generate}")
+        print(f"wrote {len(jobs)} jobs ({shape}, seed {args.seed}) to {args.generate}")
         return 0
-    _check_segment_s(args.segment_s)
     if not args.trace:
         raise UserError("trace", "no trace given", "pass a CSV trace, or --generate OUT to make one")
     return _replay(args, args.cluster or REFERENCE_CLUSTER)
@@ -92,13 +96,19 @@ def format_summary(summary: dict) -> str:
              + (f", {summary['unschedulable']} unschedulable" if summary["unschedulable"] else "")]
     rows = [("JCT avg / p50 / p99", f"{num(summary['avg_jct_s'], ' s')} / "
              f"{num(summary['p50_jct_s'], ' s')} / {num(summary['p99_jct_s'], ' s')}"),
-            ("finish-time fairness max / p95", f"{num(summary['max_rho'])} / {num(summary['p95_rho'])}"),
+            ("Themis finish-time fairness max / p95",
+             f"{num(summary['themis_max_rho'])} / {num(summary['themis_p95_rho'])}"),
+            ("slowdown max / p95", f"{num(summary['max_slowdown'])} / {num(summary['p95_slowdown'])}"),
             ("Jain (team share vs entitlement)", num(summary["jain"])),
             ("GPU utilisation", num(summary["utilization"])),
+            ("GPU time idle while a job fitted", num(summary["idle_while_waiting_gpu_s"], " s")),
             ("preemptions per job", num(summary["preemptions_per_job"])),
             ("GPU time redone", num(summary["redone_gpu_s"], " s")),
-            ("ETA median abs % error", num(summary["eta_mape"])),
-            ("ETA 80% interval coverage", num(summary["eta_coverage_80"]))]
+            ("throttles (soft preemption)", num(summary["throttles"])),
+            ("ETA median relative error (raw)",
+             f"{num(summary['eta_mape'])} ({num(summary['eta_raw_mape'])})"),
+            ("ETA 80% interval coverage (raw)",
+             f"{num(summary['eta_coverage_80'])} ({num(summary['eta_raw_coverage_80'])})")]
     for tier, p50 in summary["wait_p50_s_by_tier"].items():
         rows.append((f"wait {tier} p50 / p99",
                      f"{num(p50, ' s')} / {num(summary['wait_p99_s_by_tier'][tier], ' s')}"))
