@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from prefect.states import Cancelled, Crashed, Failed  # noqa: E402
 from flows.ledger import EpochLedger  # noqa: E402
 from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
 from flows.recovery import is_transient, one_line  # noqa: E402
+from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise  # noqa: E402
 from yoloq import settings  # noqa: E402
 from yoloq.paths import state_paths  # noqa: E402
@@ -74,6 +76,16 @@ class _Hooks:
             self.unsent.pop(0)
         return True
 
+    def deliver_patiently(self, limit_s: float) -> bool:
+        """At the segment's end: keep trying the buffered epochs (backoff, at most `limit_s`)."""
+        deadline, delay = time.monotonic() + limit_s, 1.0
+        while not self.deliver_metrics():
+            if time.monotonic() + delay > deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        return True
+
     def on_checkpoint(self, epoch: int, path: Path) -> None:
         finished = checkpoint_finished(path, epoch, self.job.epochs)
         info = self.store.save_retrying(self.job_id, epoch, path, finished=finished,
@@ -93,6 +105,13 @@ class _Hooks:
                 raise
             self.logger.warning("preemption check failed (%s); training on", one_line(exc))
             return False
+
+
+def tracking_fails_fast() -> None:
+    """MLflow's client retries a refused request for minutes by default, which would stall
+    training; a segment buffers instead, so it asks for quick failures (unless set)."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
 
 
 def checkpoint_finished(path: Path, epoch: int, epochs: int) -> bool:
@@ -180,7 +199,7 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
         spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
         resume_from=restored.path if restored else None, device=_device(),
         expect_epochs_done=start), hooks)
-    if not hooks.deliver_metrics():
+    if not hooks.deliver_patiently(store_retry_limit_s()):
         raise ConnectionError(f"MLflow did not take the metrics of epochs "
                               f"{[e for e, _ in hooks.unsent]}; checkpoints are saved")
 

@@ -123,7 +123,12 @@ def _assert_shared_state(env: dict[str, str], job_id: str, run: str) -> None:
         [mlrun] = client.search_runs([client.get_experiment_by_name("yoloq").experiment_id],
                                      filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
         steps = [m.step for m in client.get_metric_history(mlrun.info.run_id, "train/box_loss")]
-        assert sorted(steps) == [1, 2]
+        assert sorted(steps) == [1, 2]  # both epochs delivered
+        from yoloq.jobs import epoch_trainings, trainings_per_epoch
+
+        ledger = epoch_trainings(job_id, store)  # the only record that can show a repeat
+        assert trainings_per_epoch(ledger) == {1: 1, 2: 1}
+        assert len({r.segment for r in ledger}) == 2, "two segments, one epoch each"
         assert client.search_model_versions("name = 'clustered'"), "registered via the server"
         artifacts = [a.path for a in client.list_artifacts(mlrun.info.run_id, "training")]
         assert any(p.endswith("results.csv") for p in artifacts)
