@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# Eager: the function `fingerprint` must win over the submodule of the same name (importing a
+# submodule sets the package attribute, which a lazy __getattr__ would never override).
+from yoloq.analysis.fingerprint import Fingerprint, fingerprint
+
 _EXPORTS = {
     "Analysis": "core", "analyse": "core", "analyse_file": "core",
     "DatasetInfo": "dataset", "validate_dataset": "dataset",
-    "Fingerprint": "fingerprint", "fingerprint": "fingerprint",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "Fingerprint", "fingerprint"])
 
 
 def __getattr__(name: str) -> Any:
