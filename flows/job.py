@@ -68,7 +68,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     crash are queued again after a backoff; the count resets whenever the job progresses."""
     store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
     guard = ParentGuard(job_id, logger)
-    crashes, progress = 0, None
+    failures, progress, last = 0, None, None
     while True:
         guard.check()
         latest = patiently(lambda: store.latest(job_id), "reading the job's checkpoints", logger)
@@ -77,30 +77,42 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         if finished and patiently(lambda: _finalised(job_id), "reading the MLflow run", logger):
             return None
         if (done, finished) != progress:
-            crashes, progress = 0, (done, finished)
+            failures, progress = 0, (done, finished)
+        elif last is not None and last.state.is_completed():  # completed without progress
+            failures += 1
+            outcome = _retry_or_fail(last, failures, logger)
+            if outcome is not None:
+                return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job)
-        run = _segment_run(job, job_id, done, target, _plan(job, analysis, done), logger)
+        last = run = _segment_run(job, job_id, done, target, _plan(job, analysis, done), logger)
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.name == "Preempted" or _killed_victim(run):
-            continue  # queued again at its own tier; resumes from its checkpoint
-        if state.is_completed() and not finished:
-            continue  # the loop top reads where it got to
+        if state.is_completed() or state.name == "Preempted" or _killed_victim(run):
+            continue  # the loop top reads where it got to; a preempted job queues again
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
-        if state.is_crashed() or state.is_completed():  # completed: finalising made no progress
-            crashes += 1
-            if crashes <= max_retries():
-                wait = backoff_s(crashes)
-                logger.warning("segment %s ended %s (%d/%d in a row); resuming from the last "
-                               "checkpoint in %.0f s", run.name, state.name, crashes,
-                               max_retries(), wait)
-                time.sleep(wait)
-                continue
-            return Failed(message=f"segment {run.name} ended {state.name} {crashes} times in a "
-                                  f"row without progress; last: {state.message}")
+        if state.is_crashed():
+            failures += 1
+            outcome = _retry_or_fail(run, failures, logger)
+            if outcome is not None:
+                return outcome
+            continue
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+def _retry_or_fail(run: Any, failures: int, logger) -> Any:
+    """None after waiting out the backoff (queue the segment again), or the job's Failed state
+    once `failures` in a row without progress exceed the bound."""
+    state = run.state
+    if failures > max_retries():
+        return Failed(message=f"segment {run.name} ended {state.name} {failures} times in a row "
+                              f"without progress; last: {state.message}")
+    wait = backoff_s(failures)
+    logger.warning("segment %s ended %s without progress (%d/%d); resuming from the last "
+                   "checkpoint in %.0f s", run.name, state.name, failures, max_retries(), wait)
+    time.sleep(wait)
+    return None
 
 
 def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[str, Any],
