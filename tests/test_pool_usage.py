@@ -113,3 +113,25 @@ def test_bad_node_names_are_one_line_errors(name):
 
 def test_usage_rate_matches_tu_definition():
     assert math.isclose(iv("r", "j", "t", 0, TU_SECONDS).tu(TU_SECONDS), 1.0)
+
+
+def _view(epochs_done: int, labels: dict[str, str], est_epoch_s: float = 30.0):
+    import uuid
+
+    from work_pools.segments import SegmentView
+    from yoloq.tiers import Tier
+
+    return SegmentView(uuid.uuid4(), "seg", "job", "team", Tier.LOW, "full", 1.0, est_epoch_s, 6,
+                       epochs_done, 6, 0.0, labels)
+
+
+def test_grace_uses_the_measured_epoch_time_on_this_gpu():
+    from work_pools.scheduling import WorkerPolicy, epoch_time_here
+
+    policy = WorkerPolicy(min_grace_s=60.0, grace_epochs=2.0)
+    # resumed at epoch 2, two epochs done here in 400 s: 200 s per epoch, grace 400 s
+    measured = epoch_time_here(1000.0, _view(2, {"yoloq.epoch": "4", "yoloq.checkpoint_at": "1400"}), 1.0)
+    assert measured == pytest.approx(200.0) and policy.grace_for(measured) == pytest.approx(400.0)
+    # before its first epoch: the V100 estimate scaled to a slow slot (speed 0.01) -> 3000 s
+    assert epoch_time_here(1000.0, _view(2, {}), 0.01) == pytest.approx(3000.0)
+    assert epoch_time_here(None, _view(0, {}), 2.0) == pytest.approx(15.0)

@@ -40,9 +40,19 @@ class WorkerPolicy:
         return cls(policy=resolved.policy, min_grace_s=resolved.min_grace_s,
                    grace_epochs=resolved.grace_epochs, source=resolved.source)
 
-    def grace_for(self, est_epoch_s: float) -> float:
+    def grace_for(self, epoch_s: float) -> float:
         """A victim may take this long to reach its next boundary before it is killed."""
-        return max(self.min_grace_s, self.grace_epochs * est_epoch_s)
+        return max(self.min_grace_s, self.grace_epochs * epoch_s)
+
+
+def epoch_time_here(started_at: float | None, view: SegmentView, gpu_speed: float) -> float:
+    """A running segment's epoch time on the GPU it runs on, for its grace: measured from its
+    own labels (time since its start over epochs done in this segment) once an epoch ended;
+    before that, the V100-referenced estimate divided by this GPU's speed."""
+    done = view.progress_epoch - view.epochs_done
+    if started_at is not None and view.checkpoint_at is not None and done > 0:
+        return max(1.0, (view.checkpoint_at - started_at) / done)
+    return view.est_epoch_s / (gpu_speed if gpu_speed > 0 else 1.0)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from work_pools import nodes, processes
 from work_pools.inventory import GpuInfo, inventory
 from work_pools.lease import SchedulerLease, lease_seconds
 from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
-from work_pools.scheduling import WorkerPolicy, gpu_speed
+from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import BATCH_LABEL
 from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
@@ -257,15 +257,9 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         return self._policy.grace_for(self._epoch_s(flow_run_id, view))
 
     def _epoch_s(self, flow_run_id: UUID, view: SegmentView) -> float:
-        """The victim's measured epoch time here (from its own labels) once an epoch ended;
-        before that, the estimate scaled to this GPU's speed."""
-        started = self._started_at.get(flow_run_id)
-        done = view.progress_epoch - view.epochs_done
-        if started is not None and view.checkpoint_at is not None and done > 0:
-            return max(1.0, (view.checkpoint_at - started) / done)
         gpus = [g for g in self._gpus if g.index in self._reserved.get(flow_run_id, ())]
-        speed = min((gpu_speed(g) for g in gpus), default=1.0) or 1.0
-        return view.est_epoch_s / speed
+        speed = min((gpu_speed(g) for g in gpus), default=1.0)
+        return epoch_time_here(self._started_at.get(flow_run_id), view, speed)
 
     async def _notify_quota_breaches(self, decision: Any, now: float) -> None:
         from yoloq.quota_alerts import NotifiedBreaches, notify_quota_breaches

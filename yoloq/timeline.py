@@ -23,13 +23,26 @@ def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
         rows.append(_at(seg.created, "queued", f"{seg.name}: epochs {start_epoch}->{target}"))
         if seg.start_time:
             verb = "resumed" if i > 0 else "started"
-            rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {start_epoch}"))
+            rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {start_epoch}"
+                                                  f"{_placement(seg.labels or {})}"))
         rows.extend(_ending(seg))
     rows.extend(ledger_rows(job_id, {str(seg.id): seg.name for seg in job.segments}))
     if job.flow_run.state and job.flow_run.state.is_final():
         rows.append(_at(job.flow_run.end_time or job.flow_run.state.timestamp,
                         job.flow_run.state.name.lower(), job.flow_run.state.message or ""))
     return sorted(rows, key=lambda r: r["time"])
+
+
+def _placement(labels: dict[str, Any]) -> str:
+    """" on node a GPU 0 (A100), batch 282 (reduced to fit)": where the scheduler put it."""
+    if not labels.get("yoloq.node"):
+        return ""
+    text = f" on node {labels['yoloq.node']} GPU {labels.get('yoloq.gpus', '?')}"
+    if labels.get("yoloq.gpu_name"):
+        text += f" ({labels['yoloq.gpu_name']})"
+    if labels.get("yoloq.batch"):
+        text += f", batch {labels['yoloq.batch']} (reduced to fit)"
+    return text
 
 
 def _ending(seg: Any) -> list[dict[str, Any]]:

@@ -1,0 +1,208 @@
+"""One scheduler for a pool of three node agents, on the cluster profile's real services
+(Prefect on PostgreSQL, checkpoints in Swift S3, an MLflow server).
+
+Nodes (declared slots, all on this host): `a` 1xA100-80GB:80 (started by `yoloq up`, so it
+takes the scheduler lease first), `b` 1xV100-32GB:32 and `c` 1xCPU:8, each via `yoloq node`.
+Running jobs are frozen (SIGSTOP) while the scheduler acts, so what it decides does not
+race this machine's speed; every epoch of every job is counted from the epoch ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_helpers import (cluster_pool, leader, live_nodes, pool_segments, times_started,
+                             wait_for)
+from stack_helpers import freeze, thaw, wait_final, write_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
+
+LEASE_S = 60.0  # Prefect's smallest lease
+REPOSSESSOR_S = 2.0  # the cluster profile's repossessor loop
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pool")
+    with cluster_pool(tmp, "a", "1xA100-80GB:80") as pool:
+        wait_for(lambda: leader() and leader()["holder"] == "a", "node a to lead")
+        pool.start_node("b", "1xV100-32GB:32")
+        pool.start_node("c", "1xCPU:8")
+        wait_for(lambda: {n.name for n in live_nodes()} == {"a", "b", "c"}, "three live nodes", 180)
+        yield pool
+
+
+def _segments(job_id: str) -> list:
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import segments_of
+
+    with get_client(sync_client=True) as client:
+        return segments_of(client, job_id)
+
+
+def _running(job_id: str):
+    from work_pools.processes import recorded_pid
+
+    seg = next((s for s in _segments(job_id) if s.state and s.state.is_running()), None)
+    return seg if seg is not None and recorded_pid(seg.id) is not None else None
+
+
+def _node(seg) -> str:
+    return (seg.labels or {}).get("yoloq.node", "")
+
+
+def _asked(seg) -> bool:
+    return (seg.labels or {}).get("yoloq.preempt") == "requested"
+
+
+def _spec(pool, tmp: Path, name: str, tier: str, epochs: int, data: Path, **kw) -> Path:
+    return write_spec(tmp / f"{name}.yaml", data, name=name, priority=tier, epochs=epochs,
+                      segment_epochs=epochs, export=[], **kw)
+
+
+def _trainings(job_id: str) -> dict[int, int]:
+    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+
+    return trainings_per_epoch(epoch_trainings(job_id))
+
+
+def _complete(pool, job_id: str, epochs: int) -> dict:
+    status = wait_final(job_id, 900, cli=pool.cli)
+    assert status["state"] == "Completed", status
+    assert _trainings(job_id) == {e: 1 for e in range(1, epochs + 1)}, "each epoch trained once"
+    return status
+
+
+def test_urgent_preempts_only_the_cheapest_victim_in_the_pool(pool, tiny_dataset, tmp_path):
+    """All three nodes busy (low on one, normal on two): one urgent job preempts the low job
+    and nothing else, then runs on the low job's node."""
+    low = pool.submit(_spec(pool, tmp_path, "low", "low", 2, tiny_dataset))
+    low_seg = wait_for(lambda: _running(low), "the low job to run")
+    frozen = [freeze(low_seg.id)]
+    normals = [pool.submit(_spec(pool, tmp_path, f"normal{i}", "normal", 2, tiny_dataset))
+               for i in (1, 2)]
+    normal_segs = [wait_for(lambda j=j: _running(j), f"{j} to run") for j in normals]
+    frozen += [freeze(s.id) for s in normal_segs]
+    assert {_node(low_seg), *map(_node, normal_segs)} == {"a", "b", "c"}
+
+    urgent = pool.submit(_spec(pool, tmp_path, "urgent", "urgent", 1, tiny_dataset))
+    wait_for(lambda: any(_asked(s) for j in (low, *normals) for s in _segments(j)), "a preemption")
+    time.sleep(5)  # several more scheduler passes: a second preemption would show now
+    asked = {j: [s.name for s in _segments(j) if _asked(s)] for j in (low, *normals)}
+    for pid in frozen:
+        thaw(pid)
+    assert len(asked[low]) == 1 and not asked[normals[0]] and not asked[normals[1]], asked
+
+    for job_id, epochs in ((urgent, 1), (low, 2), *((j, 2) for j in normals)):
+        _complete(pool, job_id, epochs)
+    [urgent_seg] = _segments(urgent)
+    assert _node(urgent_seg) == _node(low_seg), "the urgent job took the victim's GPU"
+    assert [len(_segments(j)) for j in normals] == [1, 1], "the normal jobs were never stopped"
+    assert len(_segments(low)) == 2, "the low job resumed once"
+
+
+def test_a_free_gpu_anywhere_is_used_before_anyone_is_preempted(pool, tiny_dataset, tmp_path):
+    low = pool.submit(_spec(pool, tmp_path, "low2", "low", 2, tiny_dataset))
+    low_seg = wait_for(lambda: _running(low), "the low job to run")
+    pid = freeze(low_seg.id)
+    try:
+        urgent = pool.submit(_spec(pool, tmp_path, "urgent2", "urgent", 1, tiny_dataset))
+        urgent_seg = wait_for(lambda: _running(urgent) or _done(urgent), "the urgent job to run")
+        assert _node(urgent_seg) != _node(low_seg)
+        assert not any(_asked(s) for s in _segments(low)), "nobody was preempted"
+    finally:
+        thaw(pid)
+    _complete(pool, urgent, 1)
+    _complete(pool, low, 2)
+    assert len(_segments(low)) == 1
+
+
+def _done(job_id: str):
+    return next((s for s in _segments(job_id) if s.state and s.state.is_completed()), None)
+
+
+def test_a_job_too_big_for_the_v100_waits_for_the_a100_or_runs_reduced(pool, tiny_dataset,
+                                                                       tmp_path):
+    """yolov8n at 640 px, batch 400: about 40 GB by the analysis' model. It fits node a's
+    A100-80GB, not node b's V100-32GB. Reduced batch off: it waits for the A100. On: it runs
+    on the V100 at the largest batch that fits, recorded on its run and in its history."""
+    big = dict(imgsz=640, batch=400)
+    holder = pool.submit(_spec(pool, tmp_path, "holder", "high", 1, tiny_dataset))
+    holder_seg = wait_for(lambda: _running(holder), "the holder to run")
+    if _node(holder_seg) != "a":  # the holder must sit on the A100 for this test
+        pytest.fail(f"holder placed on {_node(holder_seg)}; expected the largest free GPU")
+    pid = freeze(holder_seg.id)
+    try:
+        waits = pool.submit(_spec(pool, tmp_path, "waits", "normal", 1, tiny_dataset, **big))
+        time.sleep(8)
+        assert not any(_node(s) for s in _segments(waits)), "it must not start on a small GPU"
+    finally:
+        thaw(pid)
+    _complete(pool, holder, 1)
+    _complete(pool, waits, 1)
+    [seg] = _segments(waits)
+    assert _node(seg) == "a" and not (seg.labels or {}).get("yoloq.batch")
+
+    _save_policy(allow_reduced_batch=True)
+    holder2 = pool.submit(_spec(pool, tmp_path, "holder2", "high", 1, tiny_dataset))
+    holder2_seg = wait_for(lambda: _running(holder2), "the second holder to run")
+    assert _node(holder2_seg) == "a"
+    pid = freeze(holder2_seg.id)
+    try:
+        reduced = pool.submit(_spec(pool, tmp_path, "reduced", "normal", 1, tiny_dataset, **big))
+        seg = wait_for(lambda: next((s for s in _segments(reduced) if _node(s)), None),
+                       "the reduced job to be placed")
+    finally:
+        thaw(pid)
+    assert _node(seg) == "b"
+    batch = int(seg.labels["yoloq.batch"])
+    assert 200 < batch < 400, batch
+    _complete(pool, holder2, 1)
+    _complete(pool, reduced, 1)
+    history = pool.cli("history", reduced)
+    assert f"batch {batch} (reduced to fit)" in history.stdout, history.stdout
+    assert _mlflow_tag(reduced, "yoloq.reduced_batch") == str(batch)
+    _save_policy(allow_reduced_batch=False)
+
+
+def _save_policy(**changes) -> None:
+    from blocks.policy import SchedulingPolicy
+
+    SchedulingPolicy(min_runtime_s=0, **changes).save("yoloq-policy", overwrite=True)
+    time.sleep(4)  # the leader re-reads it every YOLOQ_POLICY_REFRESH_S (2 s)
+
+
+def _mlflow_tag(job_id: str, key: str) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(os.environ["YOLOQ_MLFLOW_URI"])
+    exp = client.get_experiment_by_name("yoloq")
+    [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
+    return run.data.tags.get(key) or run.data.params.get(key)
+
+
+def test_a_standby_takes_over_when_the_leader_is_killed(pool, tiny_dataset, tmp_path):
+    """SIGKILL the leading node agent (idle): a standby holds the lease within the lease time
+    plus the repossessor loop and a poll; the pool keeps scheduling; nothing started twice."""
+    first = leader()
+    assert first is not None and first["holder"] == "a"
+    killed_at = time.monotonic()
+    os.kill(int(first["pid"]), signal.SIGKILL)
+    new = wait_for(lambda: (leader() or {}).get("holder") not in (None, "a") and leader(),
+                   "a new leader", timeout_s=LEASE_S * 3)
+    took = time.monotonic() - killed_at
+    print(f"\nleader takeover after SIGKILL: {took:.1f} s (lease {LEASE_S:.0f} s)")
+    assert took <= LEASE_S + REPOSSESSOR_S + 30, took  # lease + loop + polls, with slack
+    assert new["holder"] in ("b", "c")
+
+    after = pool.submit(_spec(pool, tmp_path, "after", "normal", 1, tiny_dataset))
+    _complete(pool, after, 1)
+    assert _node(_segments(after)[0]) in ("b", "c"), "the dead node gets nothing"
+    starts = {s.name: times_started(s.id) for s in pool_segments()}
+    assert starts and max(starts.values()) <= 1, {k: v for k, v in starts.items() if v > 1}
