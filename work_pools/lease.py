@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from work_pools.prefect_vars import upsert_variable
+
 DEFAULT_LEASE_S = 60.0  # the smallest lease Prefect 3.9 accepts
 LEADER_VARIABLE = "yoloq-scheduler"
 
@@ -110,15 +112,10 @@ class SchedulerLease:
 
 async def _announce(client: Any, lease: SchedulerLease) -> None:
     """Record the new leader (informative; the lease itself is the authority)."""
-    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
-
     value = {"pool": lease.pool, "holder": lease.holder, "host": socket.gethostname(),
              "pid": os.getpid(), "since": lease.held_since}
     try:
-        if await client.read_variable_by_name(LEADER_VARIABLE) is None:
-            await client.create_variable(VariableCreate(name=LEADER_VARIABLE, value=value))
-        else:
-            await client.update_variable(VariableUpdate(name=LEADER_VARIABLE, value=value))
+        await upsert_variable(client, LEADER_VARIABLE, value)
     except Exception:
         pass
 
@@ -126,3 +123,14 @@ async def _announce(client: Any, lease: SchedulerLease) -> None:
 async def current_leader(client: Any) -> dict[str, Any] | None:
     variable = await client.read_variable_by_name(LEADER_VARIABLE)
     return variable.value if variable is not None and isinstance(variable.value, dict) else None
+
+
+STATS_VARIABLE = "yoloq-scheduler-stats"
+
+
+async def publish_stats(client: Any, stats: dict[str, Any]) -> None:
+    """The leader's recent pass and decide timings (`yoloq-scheduler-stats`; bench/cluster.py)."""
+    try:
+        await upsert_variable(client, STATS_VARIABLE, stats)
+    except Exception:
+        pass  # informative only

@@ -105,18 +105,9 @@ def make_record(name: str, gpus: list[GpuInfo], live_runs: list[str],
 
 async def publish(client: Any, record: NodeRecord) -> None:
     """Create or update the node's Variable (the heartbeat)."""
-    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+    from work_pools.prefect_vars import upsert_variable
 
-    name = variable_name(record.name)
-    value = to_value(record)
-    existing = await client.read_variable_by_name(name)
-    if existing is None:
-        try:
-            await client.create_variable(VariableCreate(name=name, value=value, tags=["yoloq-node"]))
-            return
-        except Exception:  # created meanwhile by a twin: update instead
-            pass
-    await client.update_variable(VariableUpdate(name=name, value=value))
+    await upsert_variable(client, variable_name(record.name), to_value(record), tags=["yoloq-node"])
 
 
 async def remove(client: Any, node: str) -> None:

@@ -22,6 +22,7 @@ numbered node by node; the mapping is kept here and never leaves this module.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
@@ -83,16 +84,32 @@ def assignment(run: Any) -> tuple[str, tuple[int, ...]] | None:
 
 
 class PoolScheduler:
-    """The leader's state between passes: usage cache and notified quota breaches."""
+    """The leader's state between passes: usage cache, notified quota breaches, pass timings."""
 
     def __init__(self, pool: str) -> None:
         self.pool = pool
         self.usage = UsageBook(pool)
         self.notified: dict[str, float] = {}
+        self.timings: deque[tuple[float, float, int, int]] = deque(maxlen=2000)  # (pass s, decide s, admits, preempts)
+
+    def stats(self) -> dict[str, Any]:
+        """Pass and decide time percentiles over the recent passes (published by the leader)."""
+        if not self.timings:
+            return {"passes": 0}
+        passes = sorted(t[0] for t in self.timings)
+        decides = sorted(t[1] for t in self.timings)
+        pick = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+        return {"passes": len(self.timings), "pass_ms_p50": round(1000 * pick(passes, 0.5), 2),
+                "pass_ms_p95": round(1000 * pick(passes, 0.95), 2),
+                "decide_ms_p50": round(1000 * pick(decides, 0.5), 3),
+                "decide_ms_p95": round(1000 * pick(decides, 0.95), 3),
+                "admitted": sum(t[2] for t in self.timings),
+                "preempted": sum(t[3] for t in self.timings)}
 
     async def run_pass(self, client: Any, nodes: list[NodeRecord], policy: WorkerPolicy,
                        now: float | None = None) -> PassResult:
         now = now or time.time()
+        started = time.perf_counter()
         live = [n for n in nodes if n.alive(now)]
         live_names = {n.name for n in live}
         open_runs = await _open_runs(client, self.pool)
@@ -117,6 +134,8 @@ class PoolScheduler:
         result.decision, result.running = decision, running_views
         result.assigned = await _apply_admissions(client, decision, pool_gpus, now)
         await _apply_preemptions(client, decision, views, now)
+        self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
+                             len(decision.preempt)))
         return result
 
 

@@ -32,7 +32,7 @@ from prefect.workers.base import (
 
 from work_pools import nodes, processes
 from work_pools.inventory import GpuInfo, inventory
-from work_pools.lease import SchedulerLease, lease_seconds
+from work_pools.lease import SchedulerLease, lease_seconds, publish_stats
 from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
 from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
@@ -41,7 +41,8 @@ from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
-ORPHAN_CHECK_S = 5.0  # how often a node looks for its runs that have no live process
+ORPHAN_CHECK_S = 5.0
+STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often  # how often a node looks for its runs that have no live process
 
 
 class YoloGpuJobConfiguration(BaseJobConfiguration):
@@ -95,6 +96,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._cancelling: dict[UUID, float] = {}             # cancelled by a user -> first seen
         self._batches: dict[UUID, int] = {}                  # admitted with a reduced batch
         self._orphans_checked_at = 0.0
+        self._stats_at = 0.0
         self._stopping = False
         self.last_pass: PassResult | None = None
 
@@ -158,6 +160,10 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         if result.decision is not None:
             await self._notify_quota_breaches(result.decision, now)
             await self._publish_board(result, now)
+        if now - self._stats_at >= STATS_EVERY_S:
+            self._stats_at = now
+            await publish_stats(self.client, {**self._scheduler.stats(), "holder": self.node_name,
+                                              "at": now})
 
     async def _start_assigned(self, flow_run_response: list[Any]) -> list[Any]:
         """Start the scheduled runs the scheduler assigned to this node (labels on the run)."""
