@@ -173,7 +173,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     return {
         "v5n-resumable": _yolov5_checkpoint(root / "v5n-last.pt", "yolov5n.yaml", resumable=True),
         "v5s-final": _yolov5_checkpoint(root / "v5s-best.pt", "yolov5s.yaml", resumable=False),
-        "v5-seg": _yolov5_checkpoint(root / "v5s-seg.pt", "segment/yolov5s-seg.yaml", resumable=False),
+        "v5-seg": _yolov5_checkpoint(root / "v5n-seg.pt", "segment/yolov5n-seg.yaml", resumable=False),
         "v5u": _ultralytics_checkpoint(root / "v5nu.pt", "ultralytics.nn.tasks.DetectionModel",
                                        "yolov5nu.yaml", build=True),
         "rtdetr": _ultralytics_checkpoint(root / "rtdetr.pt", "ultralytics.nn.tasks.RTDETRDetectionModel",
