@@ -3,7 +3,7 @@ stops with one clear line (a transient failure: the flow ends it Crashed and the
 queues it again), nothing in the store is corrupted, and the job resumes from its last good
 checkpoint once there is room, each epoch trained once according to the epoch ledger.
 
-The scratch folder is a real 160 MB tmpfs mount (needs root, as in CI's container); it is
+The scratch folder is a real 300 MB tmpfs mount (needs root, as in CI's container); it is
 filled with a ballast file when epoch 1 is reported, so epoch 2's checkpoint cannot be written."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.training]
 def small_disk(tmp_path):
     mount = tmp_path / "scratch"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mount)],
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300m", "tmpfs", str(mount)],
                           capture_output=True, text=True)
     assert done.returncode == 0, f"cannot mount a small tmpfs (needs root): {done.stderr.strip()}"
     try:

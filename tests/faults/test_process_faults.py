@@ -100,3 +100,34 @@ def test_prefect_server_killed_for_20s_then_restarted(yoloq_stack, epochs_datase
     report("Prefect server killed 20 s", server_back_after_s=round(back_s, 1),
            segments=[f"{s.name}:{s.state.name}" for s in segments(job)],
            trainings=result["trainings"])
+
+
+def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs_dataset, tmp_path):
+    """`yoloq up` after the worker died: the live parent (and its runner) are left alone, the
+    orphaned segment is stopped by the new worker, and the same parent process finishes the
+    job (its token on the flow run never changes)."""
+    import os
+
+    from prefect.client.orchestration import get_client
+
+    from flows.job import ParentGuard
+    from yoloq.jobs import parent_run
+
+    job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="worker-killed",
+                            epochs=3, segment_epochs=3, batch=16, export=[]))
+    wait_for(lambda: (running_epoch(job) or 0) >= 1, "epoch 1 checkpointed")
+    with get_client(sync_client=True) as client:
+        token = (parent_run(client, job).labels or {}).get(ParentGuard.LABEL)
+    assert token, "the parent marks its run with its token"
+    worker_pid = int((yoloq_stack.paths.pids / "worker.pid").read_text())
+    os.kill(worker_pid, signal.SIGKILL)  # the worker alone: its segment becomes an orphan
+    killed_at = time.monotonic()
+    up = yoloq("up")
+    assert up.returncode == 0, up.stderr[-2000:]
+    assert "recovered" not in up.stdout, up.stdout  # nothing to reset: every process is alive
+    result = assert_job_recovered(job, 3)
+    with get_client(sync_client=True) as client:
+        assert (parent_run(client, job).labels or {}).get(ParentGuard.LABEL) == token, \
+            "one parent process ran the job from start to end"
+    report("worker SIGKILL mid-epoch, then yoloq up", completed_after_s=round(time.monotonic() - killed_at, 1),
+           segments=[f"{s.name}:{s.state.name}" for s in segments(job)], trainings=result["trainings"])
