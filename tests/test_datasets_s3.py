@@ -23,10 +23,11 @@ import yaml
 from test_checkpoint_store import s3_env  # noqa: F401  (the module-scoped S3 server fixture)
 
 from blocks.s3 import make_s3_client
+from flows.recovery import is_transient
 from yoloq.analysis.dataset import IMG_FORMATS, validate_dataset
 from yoloq.datasets.cache import MANIFEST, DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
-from yoloq.datasets.s3_source import open_s3_dataset
+from yoloq.datasets.s3_source import DatasetUnreachable, open_s3_dataset
 from yoloq.datasets.sync import sync_dataset, sync_opened
 from yoloq.errors import DatasetError
 from yoloq.synth import synth_dataset
@@ -177,6 +178,27 @@ def test_s3_dataset_problems_are_one_line_errors(s3, bucket, local_dataset, s3_e
         assert uri in caught.value.problem, "the error names the object"
 
 
+def test_an_unreachable_endpoint_is_retried_by_segments_and_one_line_for_analyse(s3_env, tmp_path):  # noqa: F811
+    from yoloq.stack import free_port
+
+    down = make_s3_client(f"http://127.0.0.1:{free_port()}", "us-east-1", s3_env["AWS_ACCESS_KEY_ID"],
+                          s3_env["AWS_SECRET_ACCESS_KEY"])
+    uri = "s3://yoloq/tests/datasets/nowhere/data.yaml"
+    with pytest.raises(DatasetUnreachable) as caught:
+        sync_dataset(uri, cache=cache_at(tmp_path), client=down)
+    assert is_transient(caught.value) and uri in str(caught.value) and "reachable" in str(caught.value)
+    with pytest.raises(DatasetError) as analysed:
+        validate_s3_dataset(uri, client=down)
+    assert analysed.value.field == "data" and uri in analysed.value.problem and "\n" not in str(analysed.value)
+
+
+def test_a_missing_dataset_fails_the_segment_for_good(s3, bucket, tmp_path):
+    uri = f"s3://{bucket}/tests/datasets/{uuid.uuid4().hex[:8]}/data.yaml"
+    with pytest.raises(DatasetError) as caught:
+        sync_dataset(uri, cache=cache_at(tmp_path), client=s3.client)
+    assert not is_transient(caught.value) and caught.value.problem == f"{uri} does not exist"
+
+
 # ---------------------------------------------------------------- the node cache
 
 
@@ -277,9 +299,10 @@ def test_an_object_changed_during_the_copy_leaves_nothing_behind(s3, bucket, loc
     put(s3, image, b"not the listed image")  # replaced between the listing and the copy
     cache = cache_at(tmp_path)
 
-    with pytest.raises(DatasetError) as caught:
+    with pytest.raises(DatasetUnreachable) as caught:
         sync_opened(listed, cache, s3.client)
-    assert image in caught.value.problem and "changed during the copy" in caught.value.problem
+    assert image in str(caught.value) and "changed during the copy" in str(caught.value)
+    assert is_transient(caught.value), "the segment ends Crashed and is retried, not Failed"
     assert not [p for p in (tmp_path / "datasets").iterdir() if p.name != ".locks"], \
         "neither the partial copy nor a cache folder may remain"
 
@@ -302,6 +325,7 @@ def test_a_damaged_cache_folder_is_copied_again(s3, bucket, local_dataset, tmp_p
 _KILLED_COPY = """
 import sys, time
 from blocks.s3 import make_s3_client
+from flows.recovery import is_transient
 from yoloq.datasets.cache import DatasetCache
 from yoloq.datasets.sync import sync_dataset
 endpoint, key, secret, uri, root = sys.argv[1:]

@@ -20,7 +20,12 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from yoloq.datasets.s3_source import S3Dataset, S3Object, fetch_error
+from yoloq.datasets.s3_source import (
+    DatasetUnreachable,
+    S3Dataset,
+    S3Object,
+    fetch_error,
+)
 from yoloq.errors import DatasetError
 
 MIB = 1024 * 1024
@@ -109,8 +114,8 @@ def copy_object(client: Any, dataset: S3Dataset, obj: S3Object, folder: Path) ->
         response = client.get_object(Bucket=dataset.root.bucket, Key=dataset.root.child(obj.key).key)
         etag = str(response.get("ETag", "")).strip('"')
         if etag != obj.etag:
-            raise DatasetError("data", f"{uri} changed during the copy (ETag {obj.etag} -> {etag})",
-                               "let the upload finish, then run the segment again")
+            raise DatasetUnreachable(f"{uri} changed during the copy (ETag {obj.etag} -> {etag})",
+                                     "let the upload finish; the segment is retried")
         md5, size = hashlib.md5(), 0
         with open(dest, "wb") as out:
             for chunk in response["Body"].iter_chunks(_CHUNK):
@@ -124,11 +129,11 @@ def copy_object(client: Any, dataset: S3Dataset, obj: S3Object, folder: Path) ->
 
 def verify_copy(uri: str, dest: Path, obj: S3Object, size: int, md5_hex: str) -> str:
     if size != obj.size:
-        raise DatasetError("data", f"{uri}: copied {size} of {obj.size} bytes (incomplete download)",
-                           "check the connection to the S3 endpoint and run the segment again")
+        raise DatasetUnreachable(f"{uri}: copied {size} of {obj.size} bytes (incomplete download)",
+                                 "check the connection to the S3 endpoint; the segment is retried")
     if not content_matches(dest, size, obj.etag, md5_hex):
-        raise DatasetError("data", f"{uri}: the copy does not match its ETag {obj.etag} (corrupted download)",
-                           "check the connection to the S3 endpoint and run the segment again")
+        raise DatasetUnreachable(f"{uri}: the copy does not match its ETag {obj.etag} (corrupted download)",
+                                 "check the connection to the S3 endpoint; the segment is retried")
     return etag_kind(obj.etag)
 
 

@@ -20,6 +20,7 @@ from yoloq.analysis.dataset import (
 )
 from yoloq.analysis.labels import sample, scan_labels
 from yoloq.datasets.s3_source import (
+    DatasetUnreachable,
     S3Dataset,
     dataset_client,
     get_bytes,
@@ -52,8 +53,15 @@ def label_key(image: str) -> str:
 
 
 def validate_s3_dataset(uri: str, limit: int = LABEL_SCAN_LIMIT, client: Any | None = None) -> DatasetInfo:
-    """Check an `s3://.../data.yaml` dataset like `validate_dataset` checks a local one."""
-    client = client or dataset_client()
+    """Check an `s3://.../data.yaml` dataset like `validate_dataset` checks a local one.
+    Every problem, an unreachable endpoint included, is one DatasetError line."""
+    try:
+        return _validate(uri, limit, client or dataset_client())
+    except DatasetUnreachable as exc:
+        raise exc.error from None
+
+
+def _validate(uri: str, limit: int, client: Any) -> DatasetInfo:
     dataset = open_s3_dataset(uri, client)
     names = check_names(dataset.data)
     warnings = list(dataset.warnings)

@@ -104,8 +104,19 @@ def dataset_client() -> Any:
     return make_s3_client(None, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1", None, None)
 
 
-def fetch_error(uri: str, exc: Exception) -> DatasetError:
-    """One clear line for an object that could not be read, naming it and the fix."""
+class DatasetUnreachable(ConnectionError):
+    """An S3 failure that may pass (connection, timeout, server error, an incomplete, corrupted
+    or changing download). A ConnectionError, so a segment that meets it ends Crashed and is
+    retried (flows.recovery); `error` is the same one line as a DatasetError, for `analyse`."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        self.error = DatasetError("data", problem, fix)
+        super().__init__(self.error.line())
+
+
+def fetch_error(uri: str, exc: Exception) -> DatasetError | DatasetUnreachable:
+    """One clear line for an object that could not be read, naming it and the fix: a
+    DatasetError when retrying cannot help (missing, refused), else DatasetUnreachable."""
     error = (getattr(exc, "response", None) or {}).get("Error", {})
     code = str(error.get("Code") or "")
     if code in _MISSING:
@@ -116,9 +127,9 @@ def fetch_error(uri: str, exc: Exception) -> DatasetError:
         return DatasetError("data", f"access denied reading {uri} ({code or type(exc).__name__})",
                             _CREDENTIALS_FIX)
     reason = code or f"{type(exc).__name__}: {exc}"
-    return DatasetError("data", f"cannot read {uri} ({reason})",
-                        "check that the S3 endpoint (AWS_ENDPOINT_URL or the checkpoint block) "
-                        "is reachable from this node")
+    return DatasetUnreachable(f"cannot read {uri} ({reason})",
+                              "check that the S3 endpoint (AWS_ENDPOINT_URL or the checkpoint block) "
+                              "is reachable from this node")
 
 
 def get_bytes(client: Any, obj: S3Uri) -> tuple[bytes, str]:

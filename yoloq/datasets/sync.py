@@ -95,7 +95,9 @@ def _fill(client: Any, dataset: S3Dataset, tmp: Path, final: Path, logger: Any) 
 def resolve_dataset(data: str, logger: Any = None) -> Path:
     """The data YAML to train on: an `s3://` dataset's copy in the node cache (held in use until
     this process ends: one process per segment), or a shared-mount path as given.
-    A dataset that cannot be fetched raises DatasetError naming the object and the fix."""
+    A dataset that cannot be fetched raises DatasetError (missing, refused, too big: the
+    segment fails) or DatasetUnreachable (endpoint down, broken download: the segment ends
+    Crashed and is retried), each naming the object and the fix. There is no fallback."""
     if not is_s3_uri(data):
         return Path(data)
     synced = sync_dataset(str(data), logger=logger)
