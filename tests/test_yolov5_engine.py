@@ -152,3 +152,18 @@ def test_missing_weights_are_never_downloaded(tmp_path):
     import yolov5.train as train_module
 
     assert train_module.attempt_download is not environment.local_file  # restored afterwards
+
+
+@pytest.mark.parametrize("epoch, batch, nb, expect", [
+    pytest.param(3, 8, 2, 1, id="early-warmup-still-1"),
+    pytest.param(5, 8, 2, 2, id="warmup-ramp-2"),
+    pytest.param(200, 8, 2, 8, id="after-warmup-64/8"),
+    pytest.param(200, 16, 50, 4, id="after-warmup-64/16"),
+    pytest.param(200, 43, 50, 1, id="batch-43-exact"),
+    pytest.param(200, 64, 50, 1, id="nominal-batch"),
+])
+def test_accumulate_at_boundaries_follows_yolov5(epoch, batch, nb, expect):
+    from yoloq.engine.yolov5.exactness import accumulate_at, boundary_problem
+
+    assert accumulate_at(epoch, batch, nb, warmup_epochs=3.0) == expect
+    assert (boundary_problem(epoch, batch, nb, 3.0) is None) == (expect == 1)

@@ -12,6 +12,7 @@ epoch boundary), which also skips yolov5's end-of-training strip of `last.pt`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import yaml
 from yoloq.engine import rng_isolation
 from yoloq.engine.determinism import apply_seeds, epoch_seeds
 from yoloq.engine.segment import NoHooks, SegmentRequest, SegmentResult
-from yoloq.engine.yolov5 import environment, options, state
+from yoloq.engine.yolov5 import environment, exactness, options, state
 from yoloq.errors import UserError
 
 _METRICS = ("train/box_loss", "train/obj_loss", "train/cls_loss", "metrics/precision(B)",
@@ -42,6 +43,7 @@ class _Run:
     captured: environment.Captured
     opt: Any = None
     epoch: int = 0  # the 0-based epoch about to start
+    resumed_at: int | None = None  # the epoch this segment resumed at
     stopped_early: bool = False
     paused: bool = False
 
@@ -54,8 +56,16 @@ class _Run:
         an uninterrupted run as in a resumed one (and reseeds any worker processes).
         """
         loader = self.captured.train_loader
+        if self.resumed_at == self.epoch:
+            self._warn_if_inexact(len(loader))
         apply_seeds(epoch_seeds(self.request.spec.seed, self.epoch), loader.generator)
         loader.iterator = loader._get_iterator()
+
+    def _warn_if_inexact(self, batches_per_epoch: int) -> None:
+        problem = exactness.boundary_problem(self.epoch, self.request.spec.batch, batches_per_epoch,
+                                             float(self.opt.hyp.get("warmup_epochs", 3.0)))
+        if problem:
+            warnings.warn(f"yolov5 engine: {problem}", stacklevel=2)
 
     def on_train_epoch_end(self, epoch: int) -> None:
         self.epoch = epoch + 1
@@ -82,7 +92,7 @@ class _Run:
     def on_resume(self, point: Any) -> Any:
         def smart_resume(ckpt: Any, optimizer: Any, ema: Any, weights: Any, epochs: int, resume: Any):
             best_fitness, start = state.restore(point, self.captured)
-            self.epoch = start
+            self.epoch = self.resumed_at = start
             return best_fitness, start, epochs
 
         return smart_resume
