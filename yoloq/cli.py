@@ -19,7 +19,7 @@ import sys
 from typing import NoReturn
 
 from yoloq import __version__
-from yoloq.errors import UserError
+from yoloq.errors import UserError, one_line
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -126,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return SIGPIPE_EXIT
+    except OSError as exc:  # a file or socket the command needed: one line (YOLOQ_DEBUG=1 re-raises)
+        if os.environ.get("YOLOQ_DEBUG"):
+            raise
+        where = exc.filename if exc.filename is not None else type(exc).__name__
+        print(f"error: {one_line(str(where))}: {one_line(exc.strerror or str(exc))} "
+              "(fix: check the path or service named; YOLOQ_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
