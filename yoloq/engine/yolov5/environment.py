@@ -3,7 +3,7 @@
 Every network call yolov5 makes on the training path, and how it is neutralised:
 
 - `check_dataset` fetches Arial.ttf for plots: a font of that name is put in
-  `YOLOV5_CONFIG_DIR` first (`apply`).
+  `YOLOV5_CONFIG_DIR` first (`apply`), and `check_font` is pointed at that folder.
 - `attempt_download_from_hub` (train.py and `attempt_download`) asks the
   Hugging Face Hub about every weights path; `attempt_download` asks GitHub for
   release assets when a .pt is missing: both are replaced by a local-file check.
@@ -77,6 +77,7 @@ def patched(captured: Captured, amp: bool) -> Iterator[Any]:
     """Import `yolov5.train` and patch it for one offline, observable `train()` call."""
     import yolov5.models.experimental as experimental
     import yolov5.train as train
+    import yolov5.utils.general as general
     import yolov5.utils.metrics as metrics
     from yolov5.utils.loggers import Loggers
 
@@ -92,6 +93,8 @@ def patched(captured: Captured, amp: bool) -> Iterator[Any]:
         (train, "create_dataloader"): _first_loader(train.create_dataloader, captured),
         (train, "smart_resume"): lambda *a, **k: captured.on_resume(*a, **k),
         (metrics, "compute_ap"): compute_ap,
+        # read from YOLOV5_CONFIG_DIR at import: pin it, should yolov5 be imported before apply()
+        (general, "CONFIG_DIR"): Path(os.environ.get("YOLOV5_CONFIG_DIR") or apply()),
     }
     saved = {key: getattr(*key) for key in replacements}
     try:
