@@ -49,6 +49,7 @@ REFUSED: dict[str, tuple[str, str]] = {
                       "neither checks nor resumes", "remove it"),
 }
 _CACHE_VALUES = (True, False, "ram", "disk")
+MAX_SEED = 2**32 - 1  # numpy.random.seed refuses larger seeds (ultralytics' init_seeds calls it)
 _AMP_STRINGS = ("fp16", "bf16", "fp32")
 
 
@@ -171,6 +172,9 @@ def _trainer_checks(key: str, value: Any, cfg: CfgTables) -> Problem | None:
                            f"use one of: {', '.join(sorted(cfg.optimizers))}")
     if key == "lr0" and value == 0:
         return Problem(key, "0 never updates the weights", "use e.g. `lr0: 0.01`")
+    if key == "seed" and value > MAX_SEED:
+        return Problem(key, f"{value} is above {MAX_SEED} (numpy's seed limit; training would fail)",
+                       "use a seed between 0 and 4294967295")
     if key == "workers" and value < 0:
         return Problem(key, f"{value} is negative (the dataloader refuses it)", "use 0 or more")
     if key == "cache" and value not in _CACHE_VALUES:
