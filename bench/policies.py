@@ -2,7 +2,7 @@
 shape, then the goals of issue 13 checked on every shape.
 
     python bench/policies.py [--jobs 800] [--seed 0] [--cluster 8xA100-80GB,8xV100-32GB]
-                             [--shapes light,overloaded,...] [--markdown]
+                             [--shapes light,overloaded,...] [--markdown] [--ablation]
 
 Policies: the baselines fifo, priority, las; yoloq (the tuned preset), yoloq-defaults
 (`Policy()` as the live worker gets it without settings) and yoloq-soft (soft
@@ -14,6 +14,10 @@ job's life); max slowdown; Jain's index; GPU utilisation; GPU-hours idle while a
 waiting job would have fitted; preemptions and throttles per job; ETA 80%
 coverage and median relative error (calibrated, as shown; raw forward run in
 brackets); replay seconds.
+
+`--ablation` instead replays the overloaded shape with yoloq's changes switched on one
+at a time (what each bought), from the previous yoloq (tiers, 1 h aging, teams taking
+turns, submission order inside a team, strict minimum runtime).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from work_pools.policy.baselines import POLICIES, VARIANTS  # noqa: E402
+from work_pools.policy.baselines import POLICIES, VARIANTS, yoloq  # noqa: E402
 from work_pools.simulate import (REFERENCE_CLUSTER, SHAPES, make_trace, parse_cluster,  # noqa: E402
                                  simulate, summarise)
 
@@ -102,6 +106,33 @@ def run_shape(shape: str, args, gpus) -> tuple[list[tuple], dict[str, dict]]:
     return [r for _, r in sorted(rows, key=lambda r: r[0])], results
 
 
+ABLATION = (
+    ("previous yoloq", dict(within_rank="submit", fair_share_mode="turns", aging_step_s=3600.0,
+                            urgent_overrides_min_runtime=False)),
+    ("+ SRPT within a rank", dict(fair_share_mode="turns", aging_step_s=3600.0,
+                                  urgent_overrides_min_runtime=False)),
+    ("+ fair share as an SRPT weight", dict(aging_step_s=3600.0,
+                                            urgent_overrides_min_runtime=False)),
+    ("+ 5-minute tier aging", dict(urgent_overrides_min_runtime=False)),
+    ("+ urgent overrides min runtime (= yoloq)", {}),
+    ("+ soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
+)
+
+
+def ablation(args, gpus) -> None:
+    trace = make_trace("overloaded", args.jobs, args.seed, cluster=args.cluster)
+    rows = []
+    for label, changes in ABLATION:
+        start = time.perf_counter()
+        summary = summarise(simulate(trace, gpus, yoloq(**changes)))
+        rows.append((label, *row(summary, time.perf_counter() - start)[1:]))
+        print(f"  {label}: {rows[-1][-1]} s", file=sys.stderr, flush=True)
+    las_jct = summarise(simulate(trace, gpus, POLICIES["las"]()))["avg_jct_s"]
+    print(f"### overloaded ({len(trace)} jobs): yoloq's changes one at a time "
+          f"(LAS avg JCT {las_jct / 3600:.2f} h)\n")
+    print(_table(rows, args.markdown))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=800)
@@ -109,8 +140,12 @@ def main() -> None:
     parser.add_argument("--cluster", default=REFERENCE_CLUSTER)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--ablation", action="store_true")
     args = parser.parse_args()
     gpus = parse_cluster(args.cluster)
+    if args.ablation:
+        ablation(args, gpus)
+        return
     started = time.perf_counter()
     print(f"cluster {args.cluster}, {args.jobs} jobs per shape (urgent-bursts adds its bursts), "
           f"seed {args.seed}")

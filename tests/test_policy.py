@@ -318,7 +318,7 @@ def test_eta_positions_and_interval():
     assert a.start_s == pytest.approx(NOW + 3600) and b.start_s == pytest.approx(NOW + 5400)
     for eta in (a, b):
         assert eta.start_low_s < eta.start_s < eta.start_high_s
-    srpt = estimate(snapshot, Policy(fair_share=False), NOW)  # the shorter job goes first
-    assert (srpt["b/s1"].position, srpt["a/s1"].position) == (1, 2)
-    assert srpt["b/s1"].start_s == pytest.approx(NOW + 3600)
-    assert srpt["a/s1"].start_s == pytest.approx(NOW + 4200)
+    srpt = estimate(snapshot, Policy(fair_share=False), NOW)  # the shorter job goes first,
+    assert (srpt["b/s1"].position, srpt["a/s1"].position) == (1, 2)  # and takes the GPU at
+    assert srpt["b/s1"].start_s == pytest.approx(NOW + 200)  # r's segment boundary (started
+    assert srpt["a/s1"].start_s == pytest.approx(NOW + 800)  # NOW-1000, 600 s segments)

@@ -48,8 +48,9 @@ def test_scope_falls_back_from_tier_and_load_to_tier_to_all():
     calibrator = Calibrator(min_records=20)
     for record in _records(30, 2.0, 0.1, tier=3, load=100.0):
         calibrator.add(record)
-    assert calibrator.interval(1000, 1000, 1000, 3, 100.0).scope == "tier+load"
-    assert calibrator.interval(1000, 1000, 1000, 3, 50_000.0).scope == "tier"
+    assert calibrator.interval(1000, 1000, 1000, 3, 100.0).scope == "tier+load+size"
+    assert calibrator.interval(1000, 1000, 1000, 3, 50_000.0).scope == "tier+size"
+    assert calibrator.interval(1000, 1000, 1000, 3, 50_000.0, 90_000.0).scope == "tier"
     assert calibrator.interval(1000, 1000, 1000, 1, 100.0).scope == "all"
 
 

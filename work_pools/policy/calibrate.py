@@ -7,10 +7,14 @@ what the queue actually did:
 
 1. Every prediction is recorded with the actual start (`EtaRecord`: tier,
    load, predicted wait, actual wait).
-2. For a new prediction of tier t at load L, take the records of the same
-   tier and load bucket (falling back to the tier, then to all records, while
-   fewer than `min_records`; the newest `window` records only) and their
-   log-ratio errors r = ln((actual + F) / (predicted + F)), F = `FLOOR_S`.
+2. For a new prediction of tier t at load L for a job of size S (its remaining
+   GPU-seconds; 0 when unknown), take the records of the same tier, load bucket
+   and size bucket (falling back to tier and size, to the tier, then to all
+   records, while fewer than `min_records`; the newest `window` records of each
+   group) and their log-ratio errors r = ln((actual + F) / (predicted + F)),
+   F = `FLOOR_S`. Size matters because shortest-remaining-work ordering lets
+   small jobs pass the queue and makes large ones wait for work not yet
+   submitted.
 3. The calibrated start is predicted x exp(q50(r)); the 80% interval uses the
    split-conformal quantiles of r at levels floor((n+1) 0.1)/n and
    ceil((n+1) 0.9)/n, so that with exchangeable errors at least 80% of
@@ -21,7 +25,7 @@ what the queue actually did:
    The simulator and the live board apply it before calibrating.
 
 Load is the queue's drain time: waiting GPU-seconds ahead / GPUs, in seconds;
-its bucket edges are `LOAD_EDGES_S`.
+its bucket edges are `LOAD_EDGES_S`; size bucket edges are `SIZE_EDGES_S`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 
 FLOOR_S = 60.0
 LOAD_EDGES_S = (600.0, 3600.0, 4 * 3600.0, 16 * 3600.0)
+SIZE_EDGES_S = (1800.0, 4 * 3600.0, 24 * 3600.0)
 MAX_INFLATION_RHO = 0.9
 
 
@@ -44,6 +49,7 @@ class EtaRecord:
     load_s: float
     predicted_s: float
     actual_s: float
+    size_s: float = 0.0  # the job's remaining work (GPU-seconds); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,15 @@ class Interval:
     low_s: float
     high_s: float
     records: int = 0
-    scope: str = "none"  # "tier+load", "tier", "all" or "none"
+    scope: str = "none"  # "tier+load+size", "tier+size", "tier", "all" or "none"
 
 
 def load_bucket(load_s: float) -> int:
     return bisect.bisect_right(LOAD_EDGES_S, max(0.0, load_s))
+
+
+def size_bucket(size_s: float) -> int:
+    return bisect.bisect_right(SIZE_EDGES_S, max(0.0, size_s))
 
 
 def log_error(record: EtaRecord) -> float:
@@ -67,41 +77,42 @@ def log_error(record: EtaRecord) -> float:
 
 
 class Calibrator:
-    """Calibration state as plain data: the newest `window` records per (tier, bucket).
-    `add` returns nothing and keeps at most `window` per key; `interval` is pure."""
+    """Calibration state as plain data: the newest `window` records per (tier, load bucket,
+    size bucket). `add` keeps at most `window` per key; `interval` does not change it."""
 
     def __init__(self, window: int = 400, min_records: int = 20) -> None:
         self.window = window
         self.min_records = min_records
-        self._errors: dict[tuple[int, int], list[float]] = {}
+        self._errors: dict[tuple[int, int, int], list[float]] = {}
 
     def add(self, record: EtaRecord) -> None:
-        key = (record.tier, load_bucket(record.load_s))
+        key = (record.tier, load_bucket(record.load_s), size_bucket(record.size_s))
         errors = self._errors.setdefault(key, [])
         errors.append(log_error(record))
         if len(errors) > self.window:
             del errors[: len(errors) - self.window]
 
-    def errors_for(self, tier: int, load_s: float) -> tuple[list[float], str]:
-        exact = self._errors.get((tier, load_bucket(load_s)), [])
-        if len(exact) >= self.min_records:
-            return exact, "tier+load"
-        same_tier = [e for (t, _), errs in self._errors.items() if t == tier for e in errs]
-        if len(same_tier) >= self.min_records:
-            return same_tier, "tier"
-        every = [e for errs in self._errors.values() for e in errs]
-        return every, "all"
+    def errors_for(self, tier: int, load_s: float, size_s: float = 0.0) -> tuple[list[float], str]:
+        load, size = load_bucket(load_s), size_bucket(size_s)
+        scopes = (("tier+load+size", lambda k: k == (tier, load, size)),
+                  ("tier+size", lambda k: k[0] == tier and k[2] == size),
+                  ("tier", lambda k: k[0] == tier))
+        for scope, match in scopes:
+            errors = [e for key, errs in self._errors.items() if match(key) for e in errs]
+            if len(errors) >= self.min_records:
+                return errors, scope
+        return [e for errs in self._errors.values() for e in errs], "all"
 
     def interval(self, predicted_s: float, low_s: float, high_s: float, tier: int,
-                 load_s: float) -> Interval:
-        errors, scope = self.errors_for(tier, load_s)
+                 load_s: float, size_s: float = 0.0) -> Interval:
+        errors, scope = self.errors_for(tier, load_s, size_s)
         if len(errors) < self.min_records:
             return Interval(predicted_s, low_s, high_s, 0, "none")
         return apply(predicted_s, errors, scope)
 
 
 def calibrate(records: Iterable[EtaRecord], tier: int, load_s: float, predicted_s: float,
-              low_s: float | None = None, high_s: float | None = None, *,
+              low_s: float | None = None, high_s: float | None = None, *, size_s: float = 0.0,
               min_records: int = 20, window: int = 400) -> Interval:
     """The calibrated wait for a prediction of `predicted_s` (tier, load) from past records.
     With fewer than `min_records` usable records, the raw interval comes back unchanged."""
@@ -110,7 +121,7 @@ def calibrate(records: Iterable[EtaRecord], tier: int, load_s: float, predicted_
         calibrator.add(record)
     low = predicted_s if low_s is None else low_s
     high = predicted_s if high_s is None else high_s
-    return calibrator.interval(predicted_s, low, high, tier, load_s)
+    return calibrator.interval(predicted_s, low, high, tier, load_s, size_s)
 
 
 def apply(predicted_s: float, errors: Sequence[float], scope: str = "given") -> Interval:

@@ -11,6 +11,11 @@ run is repeated with every duration multiplied by its 10th and 90th percentile
 (exp(-/+1.2816 sigma)), which gives the interval. This treats errors as fully
 correlated (a deliberate, cheap approximation) and ignores future arrivals;
 the simulator measures how well the interval covers the actual start.
+
+Segment boundaries are modelled: a running segment ends its segment at
+`started_at + policy.segment_s`, and a waiting segment that comes first in the
+queue order (a more urgent rank, or, with SRPT, the same rank and less
+remaining work) takes its GPU at that boundary rather than when the job ends.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from work_pools.policy import fairshare, rules
 from work_pools.policy.model import Policy, Snapshot
-from work_pools.policy.ordering import FairQueue, build_context
+from work_pools.policy.ordering import FairQueue, build_context, srpt_key
 
 Z80 = 1.2816  # standard normal 90th percentile: [p10, p90] is the 80% interval
 
@@ -46,6 +51,8 @@ class _Slot:
     free_at: float
     rank: float
     preemptible_at: float
+    work: float = math.inf  # the occupant's SRPT key (remaining work, aged)
+    boundary_at: float = math.inf  # the occupant's segment ends here
 
 
 def estimate(snapshot: Snapshot, policy: Policy, now: float,
@@ -70,15 +77,17 @@ def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,
     starts: dict[str, float] = {}
     queue = FairQueue(snapshot.waiting, ctx)
     for position, (seg, rank) in enumerate(queue, start=1):
-        chosen = _earliest(slots, seg.est_mem_gb, seg.gpus, rank, policy)
+        work = _work(seg, now, policy)
+        chosen = _earliest(slots, seg.est_mem_gb, seg.gpus, rank, policy, work)
         if chosen is None:
             continue  # can never fit: no estimate
-        start = max(now, max(_available_at(s, rank, policy) for s in chosen))
+        start = max(now, max(_available_at(s, rank, policy, work) for s in chosen))
         speed = min(s.speed for s in chosen)
         end = start + scale * seg.est_remaining_s / max(speed, 1e-9)
         for slot in chosen:
-            slot.free_at, slot.rank = end, rank
+            slot.free_at, slot.rank, slot.work = end, rank, work
             slot.preemptible_at = start + policy.min_runtime_s
+            slot.boundary_at = start + policy.segment_s
         queue.charge(seg.team, fairshare.tu(speed, end - start, seg.gpus))
         positions[seg.id], starts[seg.id] = position, start
         if wanted is not None and wanted <= starts.keys():
@@ -100,23 +109,37 @@ def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, no
             slot.rank = min(slot.rank, ranks[seg.id])
             started = seg.started_at if seg.started_at is not None else now
             slot.preemptible_at = max(slot.preemptible_at, started + policy.min_runtime_s)
+            slot.work = min(slot.work, _work(seg, now, policy)) if slot.work < math.inf \
+                else _work(seg, now, policy)
+            boundary = started + policy.segment_s
+            while boundary < now:
+                boundary += policy.segment_s
+            slot.boundary_at = boundary
     return list(slots.values())
 
 
-def _available_at(slot: _Slot, rank: int, policy: Policy) -> float:
+def _work(seg, now: float, policy: Policy) -> float:
+    srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
+    return srpt_key(seg, now, policy) if srpt else math.inf
+
+
+def _available_at(slot: _Slot, rank: int, policy: Policy, work: float = math.inf) -> float:
+    at = slot.free_at
     if policy.preemption and rules.outranks(rank, slot.rank):
-        return min(slot.free_at, slot.preemptible_at)
-    return slot.free_at
+        at = min(at, max(slot.preemptible_at, 0.0))
+    if rank < slot.rank or (rank == slot.rank and work < slot.work):
+        at = min(at, slot.boundary_at)  # it goes first when the occupant's segment ends
+    return at
 
 
 def _earliest(slots: list[_Slot], mem_gb: float, count: int, rank: int,
-              policy: Policy) -> list[_Slot] | None:
+              policy: Policy, work: float = math.inf) -> list[_Slot] | None:
     """The `count` GPUs of one node that are all available soonest."""
     fitting = [s for s in slots if s.total_gb >= mem_gb]
     if len(fitting) < count:
         return None
-    fitting.sort(key=lambda s: (_available_at(s, rank, policy), s.total_gb, -s.speed, s.node,
-                                s.index))
+    fitting.sort(key=lambda s: (_available_at(s, rank, policy, work), s.total_gb, -s.speed,
+                                s.node, s.index))
     if count == 1:
         return fitting[:1]
     per_node: dict[str, list[_Slot]] = {}

@@ -26,16 +26,18 @@ class Prediction:
     load_s: float
     inflated_wait_s: float
     submitted: float
+    size_s: float = 0.0
 
 
 class EtaTracker:
     def __init__(self, policy: Policy, gpus: int, rate_window_s: float = 6 * 3600.0,
-                 calibrate: bool = True, inflate: bool = True) -> None:
+                 calibrate: bool = True, inflate: bool = True, by_size: bool = False) -> None:
         self.policy = policy
         self.gpus = gpus
         self.rate_window_s = rate_window_s
         self.calibrate = calibrate
         self.inflate = inflate
+        self.by_size = by_size
         self.calibrator = Calibrator()
         self.arrivals: deque[tuple[float, int, float]] = deque()  # (time, tier, GPU-seconds)
         self.pending: dict[str, Prediction] = {}
@@ -49,6 +51,7 @@ class EtaTracker:
         rates = self._rates(now)
         out = {}
         tiers = {s.id: int(s.tier) for s in snapshot.waiting if s.id in seg_ids}
+        sizes = {s.id: s.gpus * s.est_remaining_s for s in snapshot.waiting if s.id in seg_ids}
         for sid, raw in estimate(snapshot, self.policy, now, only=seg_ids).items():
             if sid not in seg_ids:
                 continue
@@ -57,11 +60,13 @@ class EtaTracker:
             calibrated = raw
             if self.calibrate:
                 cal = self.calibrator.interval(wait, raw.start_low_s - now,
-                                               raw.start_high_s - now, tier, load)
+                                               raw.start_high_s - now, tier, load,
+                                               sizes[sid] if self.by_size else 0.0)
                 if cal.records:
                     calibrated = Eta(sid, raw.position, now + cal.wait_s, now + cal.low_s,
                                      now + cal.high_s)
-            out[sid] = Prediction(raw, calibrated, tier, load, wait, now)
+            size = sizes[sid] if self.by_size else 0.0
+            out[sid] = Prediction(raw, calibrated, tier, load, wait, now, size)
             self.pending[sid.rsplit("/", 1)[0]] = out[sid]
         return out
 
@@ -70,7 +75,8 @@ class EtaTracker:
         if prediction is None:
             return
         self.calibrator.add(EtaRecord(prediction.tier, prediction.load_s,
-                                      prediction.inflated_wait_s, now - prediction.submitted))
+                                      prediction.inflated_wait_s, now - prediction.submitted,
+                                      prediction.size_s))
 
     def _rates(self, now: float) -> dict[int, float]:
         while self.arrivals and self.arrivals[0][0] < now - self.rate_window_s:
