@@ -199,3 +199,9 @@ def test_weights_missing_everywhere_names_the_env_var(tmp_path, dataset, monkeyp
     line = caught.value.line()
     assert "YOLOQ_WEIGHTS_DIR is not set" in line and "nothing is downloaded" in line
     assert os.path.basename(str(tmp_path / "yolo11n.pt")) in line
+
+
+def test_s3_data_uri_is_not_made_a_local_path(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("name: j\nteam: t\nmodel: yolov8n.yaml\ndata: s3://bucket/ds/data.yaml\n")
+    assert load_spec(path).data == "s3://bucket/ds/data.yaml"

@@ -252,7 +252,7 @@ def _resolve_paths(spec: JobSpec, base_dir: Path) -> JobSpec:
     """
     updates: dict[str, Any] = {}
     data = Path(spec.data).expanduser()
-    if not data.is_absolute():
+    if "://" not in spec.data and not data.is_absolute():  # s3://... stays a URI
         updates["data"] = os.path.abspath(base_dir / data)
     if spec.model.lower().endswith(".pt"):
         updates["model"] = str(resolve_weights(spec.model, base_dir))
