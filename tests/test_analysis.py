@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from corpus.build import argv_for, build_case, load_manifest, write_fake_checkpoints
+
 from yoloq import cli, gpus
-from yoloq.analysis import analyse, analyse_file, validate_dataset
-from yoloq.analysis import classify, estimates
+from yoloq.analysis import analyse, analyse_file, classify, estimates, validate_dataset
 from yoloq.analysis.models import resolve_model_name
 from yoloq.errors import DatasetError, ModelError, SpecError
 from yoloq.spec import parse_spec

@@ -66,7 +66,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or name == only:
             mod = _module(module)
-            adder = getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+            adder = getattr(mod, f"add_{name}_arguments", None) or mod.add_arguments
             adder(command)
     return parser
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["YOLOQ_HOME"] = home
     args = build_parser(only=chosen_command(argv) or "").parse_args(argv)
     module = _module(COMMANDS[args.command][0])
-    runner = getattr(module, f"run_{args.command}", None) or getattr(module, "run")
+    runner = getattr(module, f"run_{args.command}", None) or module.run
     try:
         code = int(runner(args) or 0)
         sys.stdout.flush()

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from yoloq.errors import SpecError
 from yoloq.tiers import TIER_NAMES, Tier
@@ -92,7 +99,7 @@ class JobSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _segment_within_job(self) -> "JobSpec":
+    def _segment_within_job(self) -> JobSpec:
         if self.segment_epochs is not None and self.segment_epochs > self.epochs:
             raise ValueError(f"segment_epochs: {self.segment_epochs} is more than the job's {self.epochs} epochs")
         return self
@@ -125,7 +132,7 @@ def _train_args_problem(value: dict[str, Any]) -> tuple[str, str, str] | None:
     return first_problem(value)
 
 
-def _suggest(key: str, candidates: "set[str] | frozenset[str] | list[str]") -> str:
+def _suggest(key: str, candidates: set[str] | frozenset[str] | list[str]) -> str:
     close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 

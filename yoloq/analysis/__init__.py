@@ -12,13 +12,15 @@ from typing import Any
 
 # Eager: the function `fingerprint` must win over the submodule of the same name (importing a
 # submodule sets the package attribute, which a lazy __getattr__ would never override).
-from yoloq.analysis.fingerprint import Fingerprint, fingerprint
+from yoloq.analysis.fingerprint import Fingerprint as Fingerprint
+from yoloq.analysis.fingerprint import fingerprint as fingerprint
 
 _EXPORTS = {
     "Analysis": "core", "analyse": "core", "analyse_file": "core",
     "DatasetInfo": "dataset", "validate_dataset": "dataset",
 }
-__all__ = sorted([*_EXPORTS, "Fingerprint", "fingerprint"])
+__all__ = ["Analysis", "DatasetInfo", "Fingerprint", "analyse", "analyse_file", "fingerprint",
+           "validate_dataset"]
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,12 @@ from yoloq import gpus
 from yoloq.analysis import classify, estimates, train_args
 from yoloq.analysis.dataset import DatasetInfo, validate_dataset
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
-from yoloq.analysis.models import ModelInfo, check_supported, model_size, resolve_model_name
+from yoloq.analysis.models import (
+    ModelInfo,
+    check_supported,
+    model_size,
+    resolve_model_name,
+)
 from yoloq.errors import ModelError, SpecError
 from yoloq.segments import segment_epochs_for
 from yoloq.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec

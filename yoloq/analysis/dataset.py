@@ -185,7 +185,7 @@ def resolve_split(data: dict[str, Any], key: str, root: Path) -> list[Path]:
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         entries = value
     else:
-        raise DatasetError(f"data.{key}", "missing" if value is None else f"must be a path or a list of paths",
+        raise DatasetError(f"data.{key}", "missing" if value is None else "must be a path or a list of paths",
                            f"add `{key}: images/{key}` (relative to `path`)")
     resolved = []
     for entry in entries:

@@ -8,8 +8,9 @@ of the largest GPU, instead of queueing a job that would wait forever.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from yoloq.analysis import estimates
 from yoloq.errors import UserError

@@ -45,7 +45,7 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 def load_yaml(text: str) -> Any:
     """Like yaml.safe_load; raises DuplicateKey or yaml.YAMLError."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    return yaml.load(text, Loader=_StrictLoader)
 
 
 def load_json(text: str) -> Any:

@@ -37,16 +37,16 @@ OWNED: dict[str, str] = {
 }
 # Arguments ultralytics accepts that yoloq cannot honour: (problem, fix).
 REFUSED: dict[str, tuple[str, str]] = {
-    "time": ("a time limit stops training by the clock and overrides `epochs`; yoloq schedules and "
-             "resumes by epochs", "remove it and set `epochs`"),
-    "quantize": ("quantization-aware training is not supported by yoloq (segments resume float "
-                 "training only)", "remove it; train in float and quantize the exported model"),
-    "device": ("yoloq gives each segment its GPU (CUDA_VISIBLE_DEVICES); a device here would be "
-               "overridden", "remove it"),
+    "time": (("a time limit stops training by the clock and overrides `epochs`; yoloq schedules and "
+              "resumes by epochs"), "remove it and set `epochs`"),
+    "quantize": (("quantization-aware training is not supported by yoloq (segments resume float "
+                  "training only)"), "remove it; train in float and quantize the exported model"),
+    "device": (("yoloq gives each segment its GPU (CUDA_VISIBLE_DEVICES); a device here would be "
+                "overridden"), "remove it"),
     "cfg": ("a cfg YAML would replace these arguments at train time, unchecked",
             "put the arguments in train_args instead"),
-    "distill_model": ("knowledge distillation loads a second model at train time, which yoloq "
-                      "neither checks nor resumes", "remove it"),
+    "distill_model": (("knowledge distillation loads a second model at train time, which yoloq "
+                       "neither checks nor resumes"), "remove it"),
 }
 _CACHE_VALUES = (True, False, "ram", "disk")
 MAX_SEED = 2**32 - 1  # numpy.random.seed refuses larger seeds (ultralytics' init_seeds calls it)

@@ -45,7 +45,7 @@ def package_root() -> Path:
     found = importlib.util.find_spec("ultralytics")
     if found is None or not found.submodule_search_locations:
         raise UltralyticsTablesError("ultralytics is not installed (reinstall yoloq)")
-    return Path(list(found.submodule_search_locations)[0])
+    return Path(next(iter(found.submodule_search_locations)))
 
 
 @functools.lru_cache(maxsize=1)

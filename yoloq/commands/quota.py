@@ -27,8 +27,13 @@ def run(args: argparse.Namespace) -> int:
     with stack_client():
         from prefect.events import emit_event
 
-        from blocks.policy import (POLICY_BLOCK, SchedulingPolicy, TeamQuota, saved_block,
-                                   settings_from_env)
+        from blocks.policy import (
+            POLICY_BLOCK,
+            SchedulingPolicy,
+            TeamQuota,
+            saved_block,
+            settings_from_env,
+        )
         from yoloq.events import actor
 
         # First change: start from what the worker uses now (environment or defaults).
