@@ -244,6 +244,33 @@ def test_a_changed_object_gives_a_new_folder(s3, bucket, local_dataset, tmp_path
     assert sync_dataset(uri, cache=cache, client=s3.client).digest == after.digest  # stable
 
 
+def test_resolve_dataset_holds_the_copy_in_use_for_the_process(s3, bucket, local_dataset, tmp_path,
+                                                                 monkeypatch):
+    """What a segment calls: the checkpoint store's S3 settings, the node's default cache under
+    $YOLOQ_HOME/scratch, and a hold that keeps eviction away until the process ends."""
+    from yoloq.datasets import resolve_dataset
+    from yoloq.datasets import sync as sync_module
+    from yoloq.datasets.cache import default_cache
+
+    monkeypatch.setenv("YOLOQ_HOME", str(tmp_path / "node"))
+    monkeypatch.setenv("YOLOQ_DATASET_CACHE_GB", "0.001")
+    uri = upload(s3, bucket, local_dataset)
+    assert resolve_dataset(str(local_dataset)) == local_dataset, "a shared-mount path is used as given"
+    held = len(sync_module._HELD)
+    try:
+        local = resolve_dataset(uri)
+        cache = default_cache()
+        assert cache.root == tmp_path / "node" / "scratch" / "datasets" and local.parent.parent == cache.root
+        assert yaml.safe_load(local.read_text())["path"] == str(local.parent)
+        digest = local.parent.name
+        assert cache.in_use(digest) and not cache.evict(digest) and local.is_file()
+    finally:
+        for lease in sync_module._HELD[held:]:
+            lease.release()
+        del sync_module._HELD[held:]
+    assert default_cache().evict(digest) and not local.exists()
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
