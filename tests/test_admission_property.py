@@ -247,3 +247,46 @@ def test_random_mutations_through_a_real_process(seed, base_dataset, tmp_path):
         pytest.fail(f"seed {seed} ({done}): no answer within 60 s")
     problem = check_outcome(proc.returncode, proc.stdout, proc.stderr)
     assert problem is None, f"seed {seed} ({done}): {problem}"
+
+
+# Commands that only read or are refused before touching anything (never `up`, `down`, `demo`, `node`).
+FUZZ_COMMANDS = ["analyse", "submit", "status", "queue", "cancel", "retier", "quota", "history", "audit",
+                 "alerts", "dataset"]
+FUZZ_TOKENS = ["--json", "--gpu", "T4", "A100", "--since", "7d", "bogus", "--tu", "-1", "0", "2.5", "--clear",
+               "--period", "week", "--team", "vision", "--reason", "", "--csv", "updated", "webhook", "block",
+               "ftp://x", "http://127.0.0.1:9/x", "low", "urgent", "--home", "--", "-h?", "--version=1", "é",
+               "{spec}", "{data}", "/nonexistent/x.yaml", "--port", "99999", "job-1", "--job", "--", "synth"]
+CLI_CASES = 200
+
+
+def _fuzz_argv(rng: random.Random, spec: Path, data: Path, home: Path) -> list[str]:
+    tokens = [rng.choice(FUZZ_TOKENS) for _ in range(rng.randint(0, 5))]
+    argv = [rng.choice(FUZZ_COMMANDS), *tokens]
+    if "synth" in argv and argv[0] == "dataset":
+        argv = ["dataset", "updated", *tokens]  # never write datasets here
+    rng.shuffle(argv) if rng.random() < 0.15 else None
+    filled = [a.format(spec=spec, data=data) if "{" in a else a for a in argv]
+    return ["--home", str(home), *filled]
+
+
+def test_random_command_lines_answer_0_or_one_error_line(base_dataset, tmp_path, monkeypatch):
+    """Random command lines for the commands that only read: 0 or 2, one line, and no state folder."""
+    spec = tmp_path / "job.yaml"
+    shutil.copytree(base_dataset, tmp_path / "ds", symlinks=True)
+    spec.write_text(yaml.safe_dump(BASE_SPEC))
+    home = tmp_path / "no-state-here"
+    monkeypatch.chdir(tmp_path)
+    rng = random.Random(11)
+    for case in range(CLI_CASES):
+        argv = _fuzz_argv(rng, spec, tmp_path / "ds" / "data.yaml", home)
+        if "-h?" in argv or any(a in ("-h", "--help") for a in argv):
+            continue
+        try:
+            code, out, err = run_in_process(argv)
+        except CaseTimeout:
+            pytest.fail(f"case {case} {argv}: no answer within {CASE_TIMEOUT_S} s")
+        except Exception as exc:
+            pytest.fail(f"case {case} {argv}: {type(exc).__name__}: {exc}")
+        problem = check_outcome(code, out, err)
+        assert problem is None, f"case {case} {argv}: {problem}"
+    assert not home.exists()
