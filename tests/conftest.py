@@ -102,7 +102,11 @@ def yoloq_stack():
     os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
     os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "0")
     os.environ["YOLOQ_PORT"] = str(stack_mod.free_port())
-    stack = stack_mod.up(echo=lambda *a: None)
+    try:
+        stack = stack_mod.up(echo=lambda *a: None)
+    except BaseException:  # a half-started stack (e.g. a server too slow to answer) is stopped
+        stack_mod.down(echo=lambda *a: None)
+        raise
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     try:
