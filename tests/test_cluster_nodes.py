@@ -133,10 +133,9 @@ def test_a_job_too_big_for_the_v100_waits_for_the_a100_or_runs_reduced(pool, tin
     A100-80GB, not node b's V100-32GB. Reduced batch off: it waits for the A100. On: it runs
     on the V100 at the largest batch that fits, recorded on its run and in its history."""
     big = dict(imgsz=640, batch=400)
-    holder = pool.submit(_spec(pool, tmp_path, "holder", "high", 1, tiny_dataset))
+    holder = pool.submit(_spec(pool, tmp_path, "holder", "high", 1, tiny_dataset, **big))
     holder_seg = wait_for(lambda: _running(holder), "the holder to run")
-    if _node(holder_seg) != "a":  # the holder must sit on the A100 for this test
-        pytest.fail(f"holder placed on {_node(holder_seg)}; expected the largest free GPU")
+    assert _node(holder_seg) == "a", "only the A100 fits a 40 GB job"
     pid = freeze(holder_seg.id)
     try:
         waits = pool.submit(_spec(pool, tmp_path, "waits", "normal", 1, tiny_dataset, **big))
@@ -150,7 +149,7 @@ def test_a_job_too_big_for_the_v100_waits_for_the_a100_or_runs_reduced(pool, tin
     assert _node(seg) == "a" and not (seg.labels or {}).get("yoloq.batch")
 
     _save_policy(allow_reduced_batch=True)
-    holder2 = pool.submit(_spec(pool, tmp_path, "holder2", "high", 1, tiny_dataset))
+    holder2 = pool.submit(_spec(pool, tmp_path, "holder2", "high", 1, tiny_dataset, **big))
     holder2_seg = wait_for(lambda: _running(holder2), "the second holder to run")
     assert _node(holder2_seg) == "a"
     pid = freeze(holder2_seg.id)

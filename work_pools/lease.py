@@ -15,6 +15,7 @@ loop + one poll. Who holds it is written to the Variable `yoloq-scheduler` for
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -24,6 +25,7 @@ from uuid import UUID
 
 from work_pools.prefect_vars import upsert_variable
 
+_LOG = logging.getLogger("yoloq.scheduler")
 DEFAULT_LEASE_S = 60.0  # the smallest lease Prefect 3.9 accepts
 LEADER_VARIABLE = "yoloq-scheduler"
 
@@ -116,8 +118,8 @@ async def _announce(client: Any, lease: SchedulerLease) -> None:
              "pid": os.getpid(), "since": lease.held_since}
     try:
         await upsert_variable(client, LEADER_VARIABLE, value)
-    except Exception:
-        pass
+    except Exception as exc:  # informative: the lease is the authority
+        _LOG.warning("could not record the scheduler leader: %s", exc)
 
 
 async def current_leader(client: Any) -> dict[str, Any] | None:
@@ -132,5 +134,5 @@ async def publish_stats(client: Any, stats: dict[str, Any]) -> None:
     """The leader's recent pass and decide timings (`yoloq-scheduler-stats`; bench/cluster.py)."""
     try:
         await upsert_variable(client, STATS_VARIABLE, stats)
-    except Exception:
-        pass  # informative only
+    except Exception as exc:  # informative only
+        _LOG.warning("could not publish scheduler stats: %s", exc)
