@@ -468,15 +468,17 @@ def test_segments_train_from_an_s3_dataset_through_the_node_cache(s3, bucket, lo
     store.delete_job(job_id)
 
 
-@pytest.mark.xfail(strict=True, reason="yoloq/spec.py `_resolve_paths` joins s3:// data to the spec's "
-                                       "folder; the fix is in spec.py (another helper's file)")
-def test_a_spec_file_keeps_its_s3_data(tmp_path):
-    from yoloq.spec import load_spec
-
+def test_yoloq_analyse_of_a_spec_file_with_s3_data(s3, bucket, local_dataset, tmp_path):
+    """`yoloq analyse job.yaml` end to end: the spec keeps its s3:// data, the CLI prints the counts."""
+    uri = upload(s3, bucket, local_dataset)
     path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump({"name": "a", "team": "t", "model": "yolov8n.yaml",
-                                    "data": "s3://datasets/shapes/data.yaml"}))
-    assert load_spec(path).data == "s3://datasets/shapes/data.yaml"
+    path.write_text(yaml.safe_dump({"name": "a", "team": "t", "model": "yolov8n.yaml", "data": uri,
+                                    "epochs": 2, "imgsz": 32, "batch": 4}))
+    out = subprocess.run([sys.executable, "-m", "yoloq.cli", "analyse", str(path), "--json"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    analysis = json.loads(out.stdout)
+    assert (analysis["data"], analysis["train_images"], analysis["val_images"], analysis["nc"]) == (uri, 10, 5, 3)
 
 
 def test_a_multipart_object_is_verified_by_its_multipart_etag(s3, bucket, local_dataset, tmp_path):
