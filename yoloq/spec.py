@@ -142,6 +142,12 @@ def _unknown_field(key: str, value: Any, fields: set[str]) -> SpecError:
     if key.lower() in _FIELD_ALIASES:
         field = _FIELD_ALIASES[key.lower()]
         return SpecError(key, f"unknown field; did you mean {field!r}?", f"write `{field}: {_short(value)}`")
+    from yoloq.analysis.train_args import OWNED, REFUSED
+
+    if key in OWNED:
+        return SpecError(key, "is not a spec field (yoloq manages it)", OWNED[key])
+    if key in REFUSED:
+        return SpecError(key, f"is not a spec field, and {REFUSED[key][0]}", REFUSED[key][1])
     if key in ultralytics_train_defaults():
         return SpecError(key, "is an ultralytics train argument, not a spec field",
                          f"move it under train_args: `train_args: {{{key}: {_short(value)}}}`")
