@@ -152,6 +152,11 @@ def _wait_final(flow_run_id: Any, logger) -> Any:
     """Poll the run until it is final; an unreachable API is waited out (bounded)."""
     from prefect.client.orchestration import get_client
 
+    from work_pools.segment_watch import shared_watch
+
+    if (watch := shared_watch()) is not None:  # in the job runner: one poll for every parent
+        return watch.wait_final(flow_run_id)
+
     def read() -> Any:
         with get_client(sync_client=True) as client:
             return client.read_flow_run(flow_run_id)
@@ -197,11 +202,11 @@ class ParentGuard:
 
         current = patiently(read, "reading the job's parent token", self.logger)
         if current != self.token:
-            import os
+            from prefect.exceptions import Abort
 
-            self.logger.warning("job %s: another parent process (%s) took over; this one (%s) "
-                                "exits without touching the job", self.job_id, current, self.token)
-            os._exit(0)
+            self.logger.warning("job %s: another parent (%s) took over; this one (%s) "
+                                "stops without touching the job", self.job_id, current, self.token)
+            raise Abort(f"job {self.job_id}: another parent took over")  # the engine sets no state
 
 
 @task(name="open-mlflow-run")

@@ -1,6 +1,8 @@
-"""Run the parent-flow runner (a process worker on the `yoloq-jobs` pool) for `yoloq up`.
+"""Run the job runner (the `yoloq-jobs` pool) for `yoloq up`.
 
-Parent `yolo-job` runs never hold a GPU; each runs in its own process here.
+Parent `yolo-job` runs never hold a GPU. They run as threads of this one process
+(`work_pools.job_runner`), and their waits for segments share one poll
+(`work_pools.segment_watch`): a waiting job costs a blocked thread, not a process.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from yoloq import offline
 
 offline.apply()
 
-from prefect.workers.process import ProcessWorker  # noqa: E402
+from work_pools.job_runner import InProcessJobWorker  # noqa: E402
+from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
 from yoloq.settings import JOBS_POOL  # noqa: E402
 
 
@@ -21,8 +24,9 @@ async def serve() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    install(SegmentWatch())
     try:
-        await ProcessWorker(work_pool_name=JOBS_POOL, name="yoloq-job-runner").start()
+        await InProcessJobWorker(work_pool_name=JOBS_POOL, name="yoloq-job-runner").start()
     except asyncio.CancelledError:
         pass
 

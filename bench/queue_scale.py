@@ -1,0 +1,270 @@
+"""What waiting jobs cost the control plane: total RSS and process count with N queued jobs.
+
+Starts a private embedded stack (`yoloq.stack.private_stack`: its own state folder and port,
+one declared slot `1xCPU:8`, minimum runtime 0), pauses the GPU worker (SIGSTOP of its process
+group, so every segment stays Scheduled and every job waits), then submits jobs and measures,
+at each checkpoint, every process of the stack (psutil: processes whose environment names this
+state folder and `YOLOQ_STACK=1`): server, job runner, GPU worker and anything they started.
+
+Jobs are submitted through the Python call that `yoloq submit` makes to create a job's run
+(`create_job_run`), in this one process, without the CLI's local analysis, fit and policy
+checks (each job's parent still analyses): the CLI costs ~3.5 s a call, this ~0.6 s. Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic
+8/4-image dataset. A job counts as waiting once its parent run is Running and its first segment
+is Scheduled.
+
+With `--old-at K` (default 20), the stock ProcessWorker runner (one process per parent, as
+before) is measured first with K waiting jobs; then it is SIGKILLed, `yoloq up` recovers the K
+parents and starts the in-process job runner, which adopts their segments (checked: still K).
+
+    .venv/bin/python bench/queue_scale.py                      # N = 0, 20, 100, 500; old at 20
+    .venv/bin/python bench/queue_scale.py --checkpoints 0,10 --old-at 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+OLD_MARK = "YOLOQ_BENCH_OLD_RUNNER"
+OLD_RUNNER = ("import asyncio\nfrom yoloq import offline\noffline.apply()\n"
+              "from prefect.workers.process import ProcessWorker\n"
+              "asyncio.run(ProcessWorker(work_pool_name='yoloq-jobs', name='old-process-runner').start())\n")
+
+
+@dataclass(frozen=True)
+class Sample:
+    jobs: int
+    processes: int
+    rss_mb: float
+    by_role: dict[str, tuple[int, float]]
+
+
+def measure(stack, jobs: int) -> Sample:
+    """Every process of the stack: count and total RSS, by role (from the PID files)."""
+    import psutil
+
+    from yoloq.stack import _read_pid
+
+    roles = {_read_pid(stack, name): name for name in ("server", "runner", "worker")}
+    by_role: dict[str, list[float]] = {}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            env = proc.environ()
+            if env.get("YOLOQ_HOME") != str(stack.paths.root) or env.get("YOLOQ_STACK") != "1":
+                continue
+            role = "old runner" if env.get(OLD_MARK) else _role(proc, roles)
+            by_role.setdefault(role, []).append(proc.memory_info().rss / 2**20)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    summary = {role: (len(v), sum(v)) for role, v in sorted(by_role.items())}
+    return Sample(jobs, sum(n for n, _ in summary.values()), sum(mb for _, mb in summary.values()),
+                  summary)
+
+
+def _role(proc, roles: dict[int | None, str]) -> str:
+    if proc.pid in roles:
+        return roles[proc.pid]
+    try:
+        group = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return "other"
+    return f"{roles.get(group, 'other')} child"
+
+
+def counts(client) -> tuple[int, int]:
+    """(parents Running, segments Scheduled)."""
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    def count(deployment: str, state: StateType) -> int:
+        return client.count_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                type=FlowRunFilterStateType(any_=[state]))),
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])))
+
+    return count("yolo-job", StateType.RUNNING), count("train-segment", StateType.SCHEDULED)
+
+
+def wait_waiting(client, jobs: int, timeout_s: float) -> float:
+    """Block until `jobs` parents run and `jobs` segments wait; return the seconds it took."""
+    began = time.monotonic()
+    last = (-1, -1)
+    while True:
+        now = counts(client)
+        if now != last:
+            print(f"  {time.monotonic() - began:6.1f} s: {now[0]} parents running, "
+                  f"{now[1]} segments waiting", flush=True)
+            last = now
+        if now[0] >= jobs and now[1] >= jobs:
+            if now[1] > jobs:
+                raise SystemExit(f"{now[1]} segments for {jobs} jobs: a parent queued twice")
+            return time.monotonic() - began
+        if time.monotonic() - began > timeout_s:
+            raise SystemExit(f"only {now} of {jobs} jobs waiting after {timeout_s:.0f} s")
+        time.sleep(2)
+
+
+def wait_worker_ready(timeout_s: float = 180) -> None:
+    """Until the GPU worker has published its node (so it is paused fully started)."""
+    from work_pools.nodes import live_pool_gpus
+
+    deadline = time.monotonic() + timeout_s
+    while not live_pool_gpus():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the GPU worker published no node within {timeout_s:.0f} s")
+        time.sleep(1)
+    time.sleep(3)
+
+
+def make_spec(data: Path, index: int):
+    from yoloq.spec import parse_spec
+
+    return parse_spec({"name": f"scale{index}", "team": "vision", "priority": "normal",
+                       "model": "yolov8n.yaml", "data": str(data), "epochs": 1, "imgsz": 64,
+                       "batch": 4, "export": [],
+                       "train_args": {"seed": 0, "deterministic": True, "workers": 0,
+                                      "plots": False}})
+
+
+def submit(data: Path, start: int, stop: int) -> float:
+    """Submit jobs start..stop-1 (the call `yoloq submit` makes to create a job's run, without
+    the CLI's analysis, fit and policy checks); return the mean seconds per submit."""
+    from yoloq.commands.submit import create_job_run
+
+    began = time.monotonic()
+    for index in range(start, stop):
+        create_job_run(make_spec(data, index), reason="bench/queue_scale.py")
+    return (time.monotonic() - began) / max(1, stop - start)
+
+
+def signal_group(pid: int | None, sig: signal.Signals) -> None:
+    if pid:
+        try:
+            os.killpg(os.getpgid(pid), sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_marked(root: Path) -> None:
+    """SIGKILL the old runner and every process it started (they carry its mark)."""
+    import psutil
+
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            env = proc.environ()
+            if env.get(OLD_MARK) and env.get("YOLOQ_HOME") == str(root):
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+
+
+def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
+    """The ProcessWorker runner with `jobs` waiting; afterwards the in-process runner is back
+    (started by `up`, which reschedules the parents the killed runner left)."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.stack import PROJECT_DIR, _read_pid, stack_env, up
+
+    signal_group(_read_pid(stack, "runner"), signal.SIGKILL)  # idle: it runs nothing yet
+    env = {**stack_env(stack), "YOLOQ_STACK": "1", OLD_MARK: "1"}
+    with open(stack.paths.logs / "old-runner.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-c", OLD_RUNNER], cwd=PROJECT_DIR, env=env, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    print(f"old ProcessWorker runner: submitting {jobs} jobs ({submit(data, 0, jobs):.2f} s each)")
+    with get_client(sync_client=True) as client:
+        print(f"  all waiting after {wait_waiting(client, jobs, timeout_s):.0f} s")
+        time.sleep(5)
+        sample = measure(stack, jobs)
+        kill_marked(stack.paths.root)
+        time.sleep(1)
+        up(echo=lambda line: print(f"  yoloq up: {line}"))
+        print("in-process runner: adopting the same jobs")
+        wait_waiting(client, jobs, timeout_s)
+    return sample
+
+
+def table(samples: list[Sample], old: Sample | None) -> str:
+    lines = ["| queued jobs | processes | RSS total (MB) | by role: processes, MB |",
+             "|---:|---:|---:|---|"]
+    for s in samples:
+        roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in s.by_role.items())
+        lines.append(f"| {s.jobs} | {s.processes} | {s.rss_mb:.0f} | {roles} |")
+    if old is not None:
+        roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in old.by_role.items())
+        lines.append(f"| {old.jobs} (old ProcessWorker runner) | {old.processes} | "
+                     f"{old.rss_mb:.0f} | {roles} |")
+        new = next((s for s in samples if s.jobs == old.jobs), None)
+        if new is not None:
+            lines.append("")
+            lines.append(f"at {old.jobs} queued jobs: old / new RSS = {old.rss_mb / new.rss_mb:.1f}x, "
+                         f"processes {old.processes} -> {new.processes}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=500, help="largest N")
+    parser.add_argument("--checkpoints", default="0,20,100,500", help="N at which to measure")
+    parser.add_argument("--old-at", type=int, default=20, help="N for the old ProcessWorker runner; 0: skip")
+    parser.add_argument("--timeout-s", type=float, default=1800, help="per checkpoint")
+    args = parser.parse_args(argv)
+    points = sorted({int(p) for p in args.checkpoints.split(",") if p.strip()} | {0})
+    points = [p for p in points if p <= args.jobs]
+    if args.old_at and args.old_at not in points:
+        raise SystemExit(f"--old-at {args.old_at} must be one of the checkpoints {points}")
+
+    from prefect.client.orchestration import get_client
+
+    from yoloq.stack import _read_pid, api_settings, private_stack
+    from yoloq.synth import synth_dataset
+
+    home = Path(tempfile.mkdtemp(prefix="yoloq-queue-scale-"))
+    print(f"private stack in {home}: 1 declared slot (1xCPU:8), min runtime 0, GPU worker "
+          f"paused (SIGSTOP); jobs submitted in-process with create_job_run")
+    with private_stack(home) as stack, api_settings(stack):
+        worker = _read_pid(stack, "worker")
+        wait_worker_ready()
+        signal_group(worker, signal.SIGSTOP)
+        try:
+            data = synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
+            time.sleep(3)
+            samples, old, done = [measure(stack, 0)], None, 0
+            if args.old_at:
+                old = measure_old(stack, data, args.old_at, args.timeout_s)
+                done = args.old_at
+            for point in points[1:]:
+                if point > done:
+                    per = submit(data, done, point)
+                    print(f"in-process runner: {point - done} more jobs ({per:.2f} s each)")
+                    with get_client(sync_client=True) as client:
+                        print(f"  all {point} waiting after "
+                              f"{wait_waiting(client, point, args.timeout_s):.0f} s")
+                    done = point
+                time.sleep(5)
+                samples.append(measure(stack, point))
+                print(f"  N={point}: {samples[-1].processes} processes, {samples[-1].rss_mb:.0f} MB",
+                      flush=True)
+        finally:
+            signal_group(worker, signal.SIGCONT)
+    print()
+    print(table(samples, old))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""The job runner: every parent flow run of the `yoloq-jobs` pool runs as a thread of one process.
+
+A stock ProcessWorker starts each `yolo-job` run as its own `python -m prefect.engine`
+process (about 340 MB), and a waiting job keeps that process for as long as it waits.
+`InProcessJobWorker` keeps everything else of Prefect's worker (polling the pool, the
+Scheduled -> Pending proposal that lets only one runner take a run, the cancellation of runs
+that have not started, the worker's logs and events) and replaces the process start with a
+thread that runs the flow through Prefect's own flow engine (`run_flow`) in this process.
+A waiting parent is then a blocked thread waiting on the shared `SegmentWatch`, and the
+runner's processes are O(1) in the number of jobs.
+
+`infrastructure_pid` of every run names this process (`host:pid`), so `recover_interrupted`
+reschedules all of a runner's parents once the runner process is gone, and none while it lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import socket
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prefect.exceptions import Abort, Pause
+from prefect.workers.process import ProcessWorker, ProcessWorkerResult
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def infrastructure_id() -> str:
+    """What every run of this runner records as its `infrastructure_pid`: this process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+with warnings.catch_warnings():  # it takes over the `process` type in this process: intended
+    warnings.simplefilter("ignore", UserWarning)
+
+    class InProcessJobWorker(ProcessWorker):
+        """A `process`-type worker whose flow runs are threads of the worker process itself."""
+
+        async def run(self, flow_run: Any, configuration: Any, task_status: Any = None
+                      ) -> ProcessWorkerResult:
+            if task_status is not None:
+                task_status.started(infrastructure_id())
+            code = await _in_thread(lambda: execute(flow_run.id), f"flow-run {flow_run.name}")
+            return ProcessWorkerResult(status_code=code, identifier=infrastructure_id())
+
+        async def kill_infrastructure(self, infrastructure_pid: str, configuration: Any,
+                                      grace_seconds: int = 30) -> None:
+            """A run cancelled before it started has no process of its own to kill (its
+            infrastructure is this runner): nothing to do, Prefect's worker then marks it
+            Cancelled and the engine of its thread finds it so and stops."""
+
+
+async def _in_thread(fn: Callable[[], int], name: str) -> int:
+    """Run `fn` in a daemon thread of its own (a waiting parent can wait for hours, so no
+    pool with a size limit) and await its result without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+
+    def target() -> None:
+        try:
+            result: Any = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            loop.call_soon_threadsafe(_settle, done, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, done, result, None)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await done
+
+
+def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+def execute(flow_run_id: Any) -> int:
+    """Run one flow run to its end in this thread, as `python -m prefect.engine` would in a
+    process. Returns 0 when the engine reported the run's outcome, 1 when it did not (the
+    worker then proposes Crashed, which the server refuses for a run already final)."""
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.logging.loggers import flow_run_logger
+
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+    logger = flow_run_logger(flow_run=flow_run)
+    try:
+        flow = load_flow(flow_run)
+        run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
+    except (Abort, Pause) as exc:  # the server refused a transition, or another parent took over
+        logger.info("flow run %s stopped by the orchestrator: %s", flow_run.name, exc)
+    except Exception:
+        logger.exception("flow run %s ended with an error outside the flow engine", flow_run.name)
+        return 1
+    return 0
+
+
+_flows: dict[str, Any] = {}
+_flows_lock = threading.Lock()
+
+
+def load_flow(flow_run: Any) -> Any:
+    """The flow of the run's deployment, imported once per entrypoint (`flows/job.py:yolo_job`
+    is imported as `flows.job`, the module every other yoloq import uses)."""
+    from prefect.client.orchestration import get_client
+
+    if flow_run.deployment_id is None:
+        raise ValueError(f"flow run {flow_run.name} has no deployment; the job runner runs "
+                         "deployment runs only")
+    with get_client(sync_client=True) as client:
+        entrypoint = client.read_deployment(flow_run.deployment_id).entrypoint
+    with _flows_lock:
+        if entrypoint not in _flows:
+            _flows[entrypoint] = _import_entrypoint(entrypoint)
+        return _flows[entrypoint]
+
+
+def _import_entrypoint(entrypoint: str) -> Any:
+    path, _, name = entrypoint.rpartition(":")
+    module = ".".join(Path(path).with_suffix("").parts)
+    if not (PROJECT_DIR / path).is_file():
+        raise ValueError(f"entrypoint {entrypoint!r} is not a file of {PROJECT_DIR}")
+    return getattr(importlib.import_module(module), name)

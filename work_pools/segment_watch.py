@@ -1,0 +1,104 @@
+"""One poll for every waiting parent: the job runner's shared watch on segment runs.
+
+A parent waiting for its segment used to read that run once a second, each in its own
+process: N waiting jobs cost N API reads a second. Inside the job runner the parents are
+threads, and they hand their wait to this watch instead: one thread reads every watched run
+that has reached a final state, in batches of `BATCH` ids per request, once per `PERIOD_S`,
+and wakes the parents whose runs are final. Outside the runner (`shared_watch()` is None)
+a parent polls by itself as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+from uuid import UUID
+
+PERIOD_S = 1.0
+BATCH = 200
+_FINAL = ("COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+
+_shared: SegmentWatch | None = None
+
+
+def shared_watch() -> SegmentWatch | None:
+    """The watch of this process's job runner, or None outside it."""
+    return _shared
+
+
+def install(watch: SegmentWatch) -> None:
+    global _shared
+    _shared = watch
+    watch.start()
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.run: Any = None
+
+
+class SegmentWatch:
+    """Waiters register a flow-run id and block; one thread reads the final ones and wakes them."""
+
+    def __init__(self, period_s: float = PERIOD_S, batch: int = BATCH) -> None:
+        self.period_s, self.batch = period_s, batch
+        self._waiters: dict[UUID, list[_Waiter]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._log = logging.getLogger("yoloq.segment_watch")
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="segment-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def watched(self) -> int:
+        with self._lock:
+            return len(self._waiters)
+
+    def wait_final(self, flow_run_id: Any) -> Any:
+        """Block until the run is in a final state; return it as read from the API."""
+        waiter = _Waiter()
+        key = UUID(str(flow_run_id))
+        with self._lock:
+            self._waiters.setdefault(key, []).append(waiter)
+        waiter.event.wait()
+        return waiter.run
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.poll_once()
+            except Exception as exc:  # the API is down or slow: keep the waiters, try again
+                self._log.warning("reading waited-for segment runs failed (%s); retrying",
+                                  " ".join(str(exc).split())[:300])
+
+    def poll_once(self) -> int:
+        """Read the watched runs that are final and wake their waiters. Returns how many."""
+        with self._lock:
+            ids = list(self._waiters)
+        woken = 0
+        for start in range(0, len(ids), self.batch):
+            for run in _read_final(ids[start:start + self.batch]):
+                with self._lock:
+                    waiters = self._waiters.pop(run.id, [])
+                for waiter in waiters:
+                    waiter.run = run
+                    waiter.event.set()
+                woken += len(waiters)
+        return woken
+
+
+def _read_final(ids: list[UUID]) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, FlowRunFilterState,
+                                                FlowRunFilterStateType)
+    from prefect.client.schemas.objects import StateType
+
+    flt = FlowRunFilter(id=FlowRunFilterId(any_=ids), state=FlowRunFilterState(
+        type=FlowRunFilterStateType(any_=[StateType[name] for name in _FINAL])))
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(flow_run_filter=flt, limit=len(ids))
