@@ -167,3 +167,21 @@ def test_accumulate_at_boundaries_follows_yolov5(epoch, batch, nb, expect):
 
     assert accumulate_at(epoch, batch, nb, warmup_epochs=3.0) == expect
     assert (boundary_problem(epoch, batch, nb, 3.0) is None) == (expect == 1)
+
+
+def test_an_inexact_resume_boundary_is_logged(tmp_path, caplog):
+    import argparse
+
+    from yoloq.engine.yolov5 import environment
+    from yoloq.engine.yolov5.segment import _Run
+
+    data = synth_dataset(tmp_path / "ds", train=2, val=1, imgsz=IMGSZ)
+    request = SegmentRequest(spec=parse_spec(_spec_dict(data)), workdir=tmp_path / "w", stop_after_epoch=1)
+    run = _Run(request, None, environment.Captured(), opt=argparse.Namespace(hyp={"warmup_epochs": 3.0}))
+    with caplog.at_level("WARNING", logger="yoloq.engine.yolov5"):
+        run.epoch = 1
+        run._warn_if_inexact(batches_per_epoch=2)  # accumulate 1 there: exact, nothing said
+        assert not caplog.records
+        run.epoch = 5
+        run._warn_if_inexact(batches_per_epoch=2)  # accumulate 2
+    assert "resuming at epoch 5 may not be bit-exact" in caplog.text

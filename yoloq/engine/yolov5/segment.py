@@ -12,7 +12,7 @@ epoch boundary), which also skips yolov5's end-of-training strip of `last.pt`.
 
 from __future__ import annotations
 
-import warnings
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from yoloq.engine.segment import NoHooks, SegmentRequest, SegmentResult
 from yoloq.engine.yolov5 import environment, exactness, options, state
 from yoloq.errors import UserError
 
+LOG = logging.getLogger("yoloq.engine.yolov5")  # not warnings: yolov5 ignores every UserWarning
 _METRICS = ("train/box_loss", "train/obj_loss", "train/cls_loss", "metrics/precision(B)",
             "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)", "val/box_loss",
             "val/obj_loss", "val/cls_loss", "lr/pg0", "lr/pg1", "lr/pg2")
@@ -65,7 +66,7 @@ class _Run:
         problem = exactness.boundary_problem(self.epoch, self.request.spec.batch, batches_per_epoch,
                                              float(self.opt.hyp.get("warmup_epochs", 3.0)))
         if problem:
-            warnings.warn(f"yolov5 engine: {problem}", stacklevel=2)
+            LOG.warning("yolov5 engine: %s", problem)
 
     def on_train_epoch_end(self, epoch: int) -> None:
         self.epoch = epoch + 1
