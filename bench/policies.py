@@ -75,7 +75,8 @@ def goals(shape: str, results: dict[str, dict]) -> list[tuple[str, str, bool | N
     out.append(("utilisation within 0.02 of the best baseline",
                 f"{ours['utilization']:.3f} vs {best:.3f}", ours["utilization"] >= best - 0.02))
     cov = ours["eta_coverage_80"]
-    out.append(("ETA 80% coverage in [0.75, 0.90]", _f(cov), cov is not None and 0.75 <= cov <= 0.90))
+    out.append(("ETA 80% coverage in [0.75, 0.90]", _f(cov, 3),
+                cov is not None and 0.75 <= cov <= 0.90))
     err = ours["eta_mape"]
     out.append(("ETA median relative error <= 0.30", _f(err), err is not None and err <= 0.30))
     themis = ours["themis_max_rho"]

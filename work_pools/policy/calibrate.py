@@ -19,6 +19,11 @@ what the queue actually did:
    split-conformal quantiles of r at levels floor((n+1) 0.1)/n and
    ceil((n+1) 0.9)/n, so that with exchangeable errors at least 80% of
    future starts fall inside (and, with many records, not many more).
+   The miscoverage level adapts online (adaptive conformal inference, Gibbs &
+   Candes 2021): each time a shown interval missed the actual start, alpha
+   shrinks by `ACI_STEP` x 0.8, each time it held, alpha grows by `ACI_STEP` x
+   0.2, so the long-run share of starts inside tracks 80% even when the
+   errors drift with the load (which breaks plain conformal's exchangeability).
 4. `arrival_inflation` accounts for work that will arrive ahead of the job:
    with higher-or-equal-rank work arriving at a rate that keeps a share rho of
    the GPUs busy, a wait of w grows to about w / (1 - rho) (a busy period).
@@ -39,6 +44,9 @@ FLOOR_S = 60.0
 LOAD_EDGES_S = (600.0, 3600.0, 4 * 3600.0, 16 * 3600.0)
 SIZE_EDGES_S = (1800.0, 4 * 3600.0, 24 * 3600.0)
 MAX_INFLATION_RHO = 0.9
+TARGET_MISS = 0.2  # an 80% interval
+ACI_STEP = 0.01
+ALPHA_RANGE = (0.02, 0.5)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,12 @@ class Calibrator:
         self.window = window
         self.min_records = min_records
         self._errors: dict[tuple[int, int, int], list[float]] = {}
+        self.alpha = TARGET_MISS  # adapted by `observe`
+
+    def observe(self, covered: bool) -> None:
+        """A shown interval held (`covered`) or missed: adapt the miscoverage level (ACI)."""
+        self.alpha += ACI_STEP * (TARGET_MISS - (0.0 if covered else 1.0))
+        self.alpha = min(max(self.alpha, ALPHA_RANGE[0]), ALPHA_RANGE[1])
 
     def add(self, record: EtaRecord) -> None:
         key = (record.tier, load_bucket(record.load_s), size_bucket(record.size_s))
@@ -108,7 +122,7 @@ class Calibrator:
         errors, scope = self.errors_for(tier, load_s, size_s)
         if len(errors) < self.min_records:
             return Interval(predicted_s, low_s, high_s, 0, "none")
-        return apply(predicted_s, errors, scope)
+        return apply(predicted_s, errors, scope, self.alpha)
 
 
 def calibrate(records: Iterable[EtaRecord], tier: int, load_s: float, predicted_s: float,
@@ -124,12 +138,14 @@ def calibrate(records: Iterable[EtaRecord], tier: int, load_s: float, predicted_
     return calibrator.interval(predicted_s, low, high, tier, load_s, size_s)
 
 
-def apply(predicted_s: float, errors: Sequence[float], scope: str = "given") -> Interval:
-    """Shift and widen `predicted_s` by the empirical error quantiles (split conformal)."""
+def apply(predicted_s: float, errors: Sequence[float], scope: str = "given",
+          alpha: float = TARGET_MISS) -> Interval:
+    """Shift and widen `predicted_s` by the empirical error quantiles (split conformal, a
+    central 1 - alpha interval)."""
     ordered = sorted(errors)
     n = len(ordered)
-    lo = ordered[max(0, math.floor((n + 1) * 0.1) - 1)]
-    hi = ordered[min(n - 1, math.ceil((n + 1) * 0.9) - 1)]
+    lo = ordered[max(0, math.floor((n + 1) * alpha / 2) - 1)]
+    hi = ordered[min(n - 1, math.ceil((n + 1) * (1 - alpha / 2)) - 1)]
     mid = _median(ordered)
     base = max(predicted_s, 0.0) + FLOOR_S
 

@@ -74,6 +74,9 @@ class EtaTracker:
         prediction = self.pending.pop(job_id, None)
         if prediction is None:
             return
+        shown = prediction.calibrated
+        if shown is not prediction.raw:  # only calibrated intervals steer the level
+            self.calibrator.observe(shown.start_low_s - 1 <= now <= shown.start_high_s + 1)
         self.calibrator.add(EtaRecord(prediction.tier, prediction.load_s,
                                       prediction.inflated_wait_s, now - prediction.submitted,
                                       prediction.size_s))
