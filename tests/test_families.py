@@ -126,6 +126,16 @@ def _yolov5_checkpoint(path: Path, yaml_name: str, resumable: bool) -> Path:
     return path
 
 
+def _yolov5_classifier(path: Path) -> Path:
+    """yolov5's classifier (ClassificationModel cut from a detection model): it keeps no config."""
+    import torch
+    from yolov5.models.yolo import ClassificationModel, Model
+
+    model = ClassificationModel(model=Model(_v5("yolov5n.yaml"), ch=3, nc=3), nc=5)
+    torch.save({"epoch": -1, "model": model.half(), "ema": None, "optimizer": None, "opt": {}}, path)
+    return path
+
+
 def _ultralytics_checkpoint(path: Path, cls_path: str, yaml_name: str, build: bool) -> Path:
     """An ultralytics checkpoint; `build=False` pickles a bare instance (only the header matters)."""
     import torch
@@ -173,6 +183,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     return {
         "v5n-resumable": _yolov5_checkpoint(root / "v5n-last.pt", "yolov5n.yaml", resumable=True),
         "v5s-final": _yolov5_checkpoint(root / "v5s-best.pt", "yolov5s.yaml", resumable=False),
+        "v5-cls": _yolov5_classifier(root / "v5n-cls.pt"),
         "v5-seg": _yolov5_checkpoint(root / "v5n-seg.pt", "segment/yolov5n-seg.yaml", resumable=False),
         "v5u": _ultralytics_checkpoint(root / "v5nu.pt", "ultralytics.nn.tasks.DetectionModel",
                                        "yolov5nu.yaml", build=True),
@@ -260,6 +271,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     pytest.param("world", "yolo-world model, not trained here", id="world-pt"),
     pytest.param("yoloe", "yoloe model, not trained here", id="yoloe-pt"),
     pytest.param("v5-seg", "segmentation model; yoloq's engines train detection models only", id="v5-seg-pt"),
+    pytest.param("v5-cls", "classification model; yoloq's engines train detection models only", id="v5-cls-pt"),
     pytest.param("rtdetr-l.yaml", "rtdetr model, not trained here", id="rtdetr-yaml"),
     pytest.param("yolov8s-world.yaml", "yolo-world model, not trained here", id="world-yaml"),
     pytest.param("yoloe-11s-seg.yaml", "yoloe model, not trained here", id="yoloe-yaml"),

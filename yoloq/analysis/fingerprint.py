@@ -48,6 +48,8 @@ _SAFE_GLOBALS = {
 _MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
                 "OBBModel": "obb", "ClassificationModel": "classify", "RTDETRDetectionModel": "rtdetr",
                 "WorldModel": "world", "YOLOEModel": "yoloe", "YOLOESegModel": "yoloe-segment"}
+# yolov5's model classes for the tasks its engine does not train (a classifier keeps no config).
+_V5_CLASS_TASKS = {"SegmentationModel": "segment", "ClassificationModel": "classify"}
 # ultralytics model classes of the refused families (models.REFUSED_FAMILIES holds the reasons).
 _CLASS_FAMILIES = {"RTDETRDetectionModel": "rtdetr", "WorldModel": "yolo-world", "YOLOEModel": "yoloe",
                    "YOLOESegModel": "yoloe"}
@@ -181,8 +183,7 @@ def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
     """Fingerprint a checkpoint: family, scale, task, classes, resumable or final, epochs."""
     header = read_header(path, field)
     model = header.get("ema") or header.get("model")
-    if isinstance(model, Stub) and is_yolov5_cfg(_as_dict(getattr(model, "yaml", None))) \
-            and not model._module.startswith("ultralytics."):
+    if isinstance(model, Stub) and _is_yolov5_model(model):
         return _yolov5_fingerprint(path, header, model)
     if not isinstance(model, Stub) or not model._module.startswith("ultralytics."):
         raise ModelError(field, f"{Path(path).name} holds no model object",
@@ -208,6 +209,14 @@ def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
     )
 
 
+def _is_yolov5_model(model: Stub) -> bool:
+    """A model class of the yolov5 repository (`models.yolo`) or package (`yolov5.models.yolo`),
+    or any non-ultralytics model whose config has anchors."""
+    if model._module.startswith("ultralytics."):
+        return False
+    return model._module.endswith("models.yolo") or is_yolov5_cfg(_as_dict(getattr(model, "yaml", None)))
+
+
 def _yolov5_fingerprint(path: str | Path, header: dict[str, Any], model: Stub) -> Fingerprint:
     """An original YOLOv5 checkpoint: yolov5's `opt` holds the train arguments."""
     cfg = _as_dict(getattr(model, "yaml", None))
@@ -219,7 +228,7 @@ def _yolov5_fingerprint(path: str | Path, header: dict[str, Any], model: Stub) -
     imgsz = opt.get("imgsz")
     return Fingerprint(
         path=str(Path(path).resolve()), family=YOLOV5, version=VERSIONS[YOLOV5], scale=yolov5_scale(cfg),
-        task=yolov5_task(cfg), nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
+        task=_V5_CLASS_TASKS.get(type(model).__name__) or yolov5_task(cfg), nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
         model_yaml=Path(model_yaml).name, resumable=resumable, epoch=epoch,
         epochs_done=_epochs_done(header, epoch, resumable), epochs_planned=int(opt.get("epochs") or 0),
         imgsz=_int_or_none(imgsz[0] if isinstance(imgsz, (list, tuple)) and imgsz else imgsz),
