@@ -16,8 +16,9 @@ def test_misses_widen_and_hits_narrow_the_interval():
     base = _calibrator().interval(1000, 1000, 1000, 3, 100.0)
     missing, hitting = _calibrator(), _calibrator()
     for _ in range(10):
-        missing.observe(False)
-        hitting.observe(True)
+        missing.observe(False)  # alpha 0.2 -> 0.12
+    for _ in range(60):
+        hitting.observe(True)  # alpha 0.2 -> 0.32
     wide = missing.interval(1000, 1000, 1000, 3, 100.0)
     narrow = hitting.interval(1000, 1000, 1000, 3, 100.0)
     assert missing.alpha < TARGET_MISS < hitting.alpha
