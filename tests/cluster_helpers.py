@@ -181,13 +181,3 @@ def times_started(flow_run_id: Any) -> int:
     with get_client(sync_client=True) as client:
         states = client.read_flow_run_states(flow_run_id)
     return sum(1 for s in states if s.type.value == "RUNNING")
-
-
-def wait_for(predicate, what: str, timeout_s: float = 600, every_s: float = 0.5):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -61,3 +61,14 @@ def freeze(flow_run_id) -> int:
 def thaw(pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
 
+
+
+def wait_for(predicate, what: str, timeout_s: float = 600, every_s: float = 0.5):
+    """Poll `predicate` until it returns something truthy (returned), or fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import (cluster_pool, leader, live_nodes, pool_segments, times_started,
-                             wait_for)
-from stack_helpers import freeze, thaw, wait_final, write_spec
+from cluster_helpers import cluster_pool, leader, live_nodes, pool_segments, times_started
+from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
 

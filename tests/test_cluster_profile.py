@@ -9,46 +9,18 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
+from cluster_helpers import cluster_services, reset_prefect_database
 from stack_helpers import wait_final, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
-SERVICES = Path(__file__).resolve().parents[1] / "profiles" / "cluster" / "services.sh"
 
 
 @pytest.fixture(scope="module")
 def cluster_env() -> dict[str, str]:
-    """Start (idempotently) S3 and PostgreSQL with the project's script; their settings."""
-    for service in ("s3", "postgres"):
-        started = subprocess.run(["bash", str(SERVICES), "start", service], capture_output=True,
-                                 text=True, timeout=600)
-        assert started.returncode == 0, started.stderr[-2000:]
-    printed = subprocess.run(["bash", str(SERVICES), "env"], capture_output=True, text=True,
-                             check=True).stdout
-    env = {}
-    for line in printed.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value.strip("'")
-    return env
-
-
-def _reset_prefect_database(url: str) -> None:
-    """A clean schema, so runs left by an earlier session are not recovered into this one."""
-    import asyncio
-
-    import asyncpg
-
-    async def reset() -> None:
-        conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
-        try:
-            await conn.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public;")
-        finally:
-            await conn.close()
-
-    asyncio.run(reset())
+    return cluster_services()
 
 
 def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_dataset, tmp_path):
@@ -57,7 +29,7 @@ def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_datase
 
     run = uuid.uuid4().hex[:8]
     home = tmp_path / "node"
-    _reset_prefect_database(cluster_env["PREFECT_API_DATABASE_CONNECTION_URL"])
+    reset_prefect_database(cluster_env["PREFECT_API_DATABASE_CONNECTION_URL"])
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("PREFECT_", "YOLOQ_CHECKPOINT", "YOLOQ_MLFLOW"))}
     base.update(cluster_env)

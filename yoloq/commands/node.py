@@ -44,23 +44,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _node_env() -> dict[str, str]:
     """The embedded stack's environment, except that an explicit PREFECT_API_URL wins."""
-    from yoloq.stack import current_stack, stack_env
+    from yoloq.stack import api_answers, current_stack, stack_env
 
     explicit = os.environ.get("PREFECT_API_URL")
     env = stack_env(current_stack())
     if explicit:
         env["PREFECT_API_URL"] = explicit
-    if not _answers(env["PREFECT_API_URL"]):
+    if not api_answers(env["PREFECT_API_URL"], timeout_s=5):
         raise UserError("PREFECT_API_URL", f"no Prefect server answers on {env['PREFECT_API_URL']}",
                         "start the stack (`yoloq up`) or point PREFECT_API_URL at the server")
     return env
-
-
-def _answers(api_url: str) -> bool:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
