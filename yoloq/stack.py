@@ -178,8 +178,13 @@ def _wait_healthy(stack: Stack, timeout_s: float) -> None:
 
 
 def healthy(stack: Stack) -> bool:
+    return api_answers(stack.api_url)
+
+
+def api_answers(api_url: str, timeout_s: float = 1.0) -> bool:
+    """True when a Prefect API answers its health check at `api_url`."""
     try:
-        with urllib.request.urlopen(f"{stack.api_url}/health", timeout=1) as resp:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout_s) as resp:
             return resp.status == 200
     except OSError:
         return False
