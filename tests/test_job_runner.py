@@ -1,0 +1,162 @@
+"""The job runner on the real stack: a waiting job is a thread of the one runner process.
+
+The GPU worker is paused (SIGSTOP of its process group) while jobs queue, so every job waits
+with its first segment Scheduled, as behind a busy slot; it is resumed before anything must
+train or be cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+
+FINAL = ("Completed", "Failed", "Cancelled", "Crashed")
+
+
+def stack_processes(stack) -> dict[int, float]:
+    """PID -> RSS (MB) of every process of the stack (what `yoloq down` would stop)."""
+    found = {}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            env = proc.environ()
+            if env.get("YOLOQ_HOME") == str(stack.paths.root) and env.get("YOLOQ_STACK") == "1":
+                found[proc.pid] = proc.memory_info().rss / 2**20
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def paused_worker(stack) -> Iterator[None]:
+    """Hold every segment Scheduled: the GPU worker stopped once it is fully started."""
+    from work_pools.nodes import live_pool_gpus
+    from yoloq.stack import _read_pid
+
+    wait_for(live_pool_gpus, "the GPU worker's node", 120)
+    group = os.getpgid(_read_pid(stack, "worker"))
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)
+
+
+def submit(data, name: str, epochs: int = 1) -> str:
+    from yoloq.commands.submit import create_job_run
+    from yoloq.spec import parse_spec
+
+    spec = parse_spec({"name": name, "team": "vision", "priority": "normal",
+                       "model": "yolov8n.yaml", "data": str(data), "epochs": epochs, "imgsz": 64,
+                       "batch": 4, "segment_epochs": 1, "export": [],
+                       "train_args": {"seed": 0, "deterministic": True, "workers": 0,
+                                      "plots": False}})
+    return create_job_run(spec, reason="test_job_runner")
+
+
+def job(job_id: str):
+    from prefect.client.orchestration import get_client
+
+    from yoloq.jobs import find_job
+
+    with get_client(sync_client=True) as client:
+        return find_job(client, job_id)
+
+
+def waiting(job_ids: list[str]) -> bool:
+    """Every job's parent runs and has exactly one segment, Scheduled."""
+    for job_id in job_ids:
+        record = job(job_id)
+        if record.flow_run.state.name != "Running" or len(record.segments) != 1:
+            return False
+        if not record.segments[0].state.is_scheduled():
+            return False
+    return True
+
+
+def final_state(job_id: str) -> str | None:
+    name = job(job_id).flow_run.state.name
+    return name if name in FINAL else None
+
+
+def test_waiting_jobs_add_no_process_and_bounded_memory(yoloq_stack, tiny_dataset):
+    """Ten jobs waiting cost the runner threads, not processes: the stack's process set is
+    the same with one and with ten, and nine more jobs add far less than one old parent
+    process (about 340 MB each)."""
+    with paused_worker(yoloq_stack):
+        first = [submit(tiny_dataset, "wait0")]
+        wait_for(lambda: waiting(first), "one job waiting")
+        time.sleep(3)
+        with_one = stack_processes(yoloq_stack)
+        more = [submit(tiny_dataset, f"wait{i}") for i in range(1, 10)]
+        wait_for(lambda: waiting(first + more), "ten jobs waiting", 240)
+        time.sleep(3)
+        with_ten = stack_processes(yoloq_stack)
+    try:
+        assert set(with_ten) == set(with_one), "a waiting job must not start a process"
+        grown = sum(with_ten.values()) - sum(with_one.values())
+        assert grown < 150, f"nine more waiting jobs added {grown:.0f} MB"
+    finally:
+        cancel(first + more)
+
+
+def cancel(job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        out = subprocess.run([sys.executable, "-m", "yoloq.cli", "cancel", job_id],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+
+
+def test_job_cancelled_while_waiting_ends_cancelled(yoloq_stack, tiny_dataset):
+    with paused_worker(yoloq_stack):
+        job_id = submit(tiny_dataset, "cancel-me")
+        wait_for(lambda: waiting([job_id]), "the job waiting")
+        cancel([job_id])
+    assert wait_for(lambda: final_state(job_id), "the cancelled job's end") == "Cancelled"
+    [segment] = job(job_id).segments
+    assert segment.state.is_cancelled(), segment.state
+
+
+def test_runner_killed_while_jobs_wait_each_job_trains_once(yoloq_stack, tiny_dataset):
+    """SIGKILL of the runner with three jobs waiting, then `yoloq up`: the new runner adopts
+    every parent and its waiting segment; every job completes, every epoch trained once."""
+    from yoloq import stack as stack_mod
+    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+
+    with paused_worker(yoloq_stack):
+        jobs = [submit(tiny_dataset, f"survive{i}", epochs=2) for i in range(3)]
+        wait_for(lambda: waiting(jobs), "three jobs waiting")
+        old = stack_mod._read_pid(yoloq_stack, "runner")
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: not psutil.pid_exists(old) or
+                 psutil.Process(old).status() == psutil.STATUS_ZOMBIE, "the runner gone", 30)
+        stack_mod.up(echo=lambda *a: None)
+        new = stack_mod._read_pid(yoloq_stack, "runner")
+        assert new != old
+        wait_for(lambda: all(job(j).flow_run.infrastructure_pid.endswith(f":{new}") for j in jobs)
+                 and waiting(jobs), "the new runner adopting the three jobs", 120)
+    for job_id in jobs:
+        assert wait_for(lambda j=job_id: final_state(j), f"{job_id} ending", 300) == "Completed"
+    for job_id in jobs:
+        assert trainings_per_epoch(epoch_trainings(job_id)) == {1: 1, 2: 1}, job_id
+        assert len(job(job_id).segments) == 2, "one segment per epoch, none queued twice"
