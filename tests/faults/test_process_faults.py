@@ -5,8 +5,8 @@ run, and every epoch trained exactly once according to the epoch ledger."""
 
 from __future__ import annotations
 
+import json
 import signal
-import subprocess
 import time
 
 import pytest
@@ -39,6 +39,10 @@ def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_d
     first = next(s for s in segments(job) if s.id == victim.id)
     assert first.state.is_crashed(), first.state
     assert result["trainings"] == {1: 1, 2: 1, 3: 1}, "the killed partial epoch is not a training"
+    history = json.loads(yoloq("history", job, "--json").stdout)
+    trained = [r for r in history if r["what"] == "trained"]
+    assert [r["epoch"] for r in trained] == [1, 2, 3] and all(r["node"] for r in trained)
+    assert {r["segment"] for r in trained if r["epoch"] == 1} == {str(victim.id)}
     report("segment SIGKILL mid-epoch", recovery_s=round(recovery_s, 1), resumed_by=resumed.name,
            trainings=result["trainings"])
 
@@ -83,25 +87,6 @@ def _assert_finalised_once(job: str, run, model_name: str) -> None:
     assert len(exported) == 1, exported
 
 
-def test_prefect_server_killed_for_20s_then_restarted(yoloq_stack, epochs_dataset, tmp_path):
-    job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="server-outage",
-                            epochs=3, segment_epochs=3, batch=16, export=[]))
-    wait_for(lambda: (running_epoch(job) or 0) >= 1, "epoch 1 checkpointed")
-    server_pid = int((yoloq_stack.paths.pids / "server.pid").read_text())
-    killed_at = time.monotonic()
-    import os
-
-    os.killpg(os.getpgid(server_pid), signal.SIGKILL)
-    time.sleep(20)
-    up = yoloq("up")
-    assert up.returncode == 0, up.stderr[-2000:]
-    back_s = time.monotonic() - killed_at
-    result = assert_job_recovered(job, 3)
-    report("Prefect server killed 20 s", server_back_after_s=round(back_s, 1),
-           segments=[f"{s.name}:{s.state.name}" for s in segments(job)],
-           trainings=result["trainings"])
-
-
 def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs_dataset, tmp_path):
     """`yoloq up` after the worker died: the live parent (and its runner) are left alone, the
     orphaned segment is stopped by the new worker, and the same parent process finishes the
@@ -131,3 +116,24 @@ def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs
             "one parent process ran the job from start to end"
     report("worker SIGKILL mid-epoch, then yoloq up", completed_after_s=round(time.monotonic() - killed_at, 1),
            segments=[f"{s.name}:{s.state.name}" for s in segments(job)], trainings=result["trainings"])
+
+
+def test_prefect_server_killed_for_20s_then_restarted(yoloq_stack, epochs_dataset, tmp_path):
+    """Last in the module: it restarts the session's server. Segments of one epoch, so the
+    job needs new segments admitted after the restart, not only the running one to go on."""
+    job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="server-outage",
+                            epochs=3, segment_epochs=1, batch=16, export=[]))
+    wait_for(lambda: running_segment(job), "the first segment running")
+    server_pid = int((yoloq_stack.paths.pids / "server.pid").read_text())
+    killed_at = time.monotonic()
+    import os
+
+    os.killpg(os.getpgid(server_pid), signal.SIGKILL)
+    time.sleep(20)
+    up = yoloq("up")
+    assert up.returncode == 0, up.stderr[-2000:]
+    back_s = time.monotonic() - killed_at
+    result = assert_job_recovered(job, 3)
+    report("Prefect server killed 20 s", server_back_after_s=round(back_s, 1),
+           segments=[f"{s.name}:{s.state.name}" for s in segments(job)],
+           trainings=result["trainings"])
