@@ -1,72 +1,211 @@
-"""`yoloq submit SPEC [--json] [--gpu NAME]`: analyse locally, check the fit against the pool,
-then create the job's `yolo-job` run."""
+"""`yoloq submit SPEC [SPEC ...] [key=value ...] [--json] [--gpu NAME] [--dry-run] [--keep-going]`:
+analyse every job locally, check each against the team's tier cap and the pool, then create the
+jobs' `yolo-job` runs: all in this one process, through one Prefect client.
+
+A SPEC is a job spec or a sweep file (a base spec and a `grid`, see `yoloq.sweep`); `key=value`
+overrides apply to every job, the way `yolo train key=value` does. Every job is analysed and
+checked before any is created: one bad job stops the batch with nothing created (exit 2, one
+line naming the file and field, and the others that are bad), unless `--keep-going`, which
+creates the good ones and still exits 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from yoloq.commands._client import print_json, stack_client
+from yoloq.errors import UserError
+
+_NAMED_IN_ERROR = 5  # bad jobs named, after the first, in the one error line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="job spec file (YAML or JSON)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("items", nargs="+", metavar="SPEC|key=value",
+                        help="job specs and sweep files (a sweep has a `grid` key), and key=value overrides "
+                             "for all of them (`epochs=5`, `lr0=0.01` goes under train_args)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per job (one per line)")
     parser.add_argument("--gpu", help="GPU type for the estimates; the fit is checked against it only "
                         "while the pool has no live node")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="analyse and print the jobs without creating them (no stack needed; the tier "
+                             "cap and the pool fit are not checked)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="create the good jobs even when some are bad (still exit 2)")
+
+
+@dataclass
+class Job:
+    """One job of the batch, as it goes through analysis, checks and creation."""
+
+    source: str
+    spec: Any = None
+    analysis: Any = None
+    error: UserError | None = None
+    point: dict[str, Any] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.analysis import analyse
-    from yoloq.spec import load_spec
+    from yoloq import sweep
 
-    spec = load_spec(args.spec)
-    analysis = analyse(spec, gpu=args.gpu)  # bad input stops here: no run created, no GPU time
-    result = submit_job(spec, analysis=analysis, gpu=args.gpu)
-    result["analysis"] = analysis.to_dict()
-    if args.json:
-        print_json(result)
-        return 0
-    for note in result["notes"]:
-        print(f"note: {note}", file=sys.stderr)
-    print(f"submitted {result['job_id']} ({spec.team}, {spec.priority}, "
-          f"{analysis.job_class}, queue {analysis.queue}); follow it with "
-          f"`yoloq status {result['job_id']}`")
+    paths, overrides = sweep.split_items(args.items)
+    jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]
+    for job in jobs:
+        analyse_job(job, args.gpu)
+    single = len(jobs) == 1
+    _stop_if_bad(jobs, args.keep_going, single)
+    good = [job for job in jobs if job.error is None]
+    if args.dry_run:
+        for job in good:
+            _print_job(job, args.json, dry_run=True, single=single)
+    else:
+        notes = submit_batch(good, args.gpu, args.keep_going, echo=lambda job: _print_job(
+            job, args.json, dry_run=False, single=single))
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+    bad = [job for job in jobs if job.error is not None]
+    if bad:  # --keep-going: the good ones went through; say which did not
+        raise batch_error(bad, single, created=sum(1 for job in jobs if job.result) if not args.dry_run else 0)
+    if not single and not args.json:
+        verb = "would submit" if args.dry_run else "submitted"
+        print(f"{verb} {len(good)} jobs" + ("" if args.dry_run else "; follow them with `yoloq queue`"))
     return 0
 
 
+def analyse_job(job: Job, gpu: str | None) -> None:
+    """The local analysis (dataset, model, estimates); a bad job keeps its error."""
+    if job.error is not None:
+        return
+    from yoloq.analysis import analyse
+
+    try:
+        job.analysis = analyse(job.spec, gpu=gpu)  # bad input stops here: no run created, no GPU time
+    except UserError as exc:
+        job.error = exc
+
+
+def _stop_if_bad(jobs: list[Job], keep_going: bool, single: bool) -> None:
+    bad = [job for job in jobs if job.error is not None]
+    if bad and (not keep_going or len(bad) == len(jobs)):
+        raise batch_error(bad, single, created=0)
+
+
+def batch_error(bad: list[Job], single: bool, created: int) -> UserError:
+    """One line: the first bad job in full, then the file and field of the others."""
+    first = bad[0].error
+    assert first is not None
+    if single:
+        return first
+    others = ", ".join(f"{job.source} ({job.error.field})" for job in bad[1:1 + _NAMED_IN_ERROR]
+                       if job.error is not None)
+    more = len(bad) - 1 - _NAMED_IN_ERROR
+    tail = f"; {len(bad) - 1} more bad: {others}" + (f" and {more} others" if more > 0 else "") if others else ""
+    outcome = f"{created} other jobs created" if created else "nothing created"
+    fix = f"{first.fix}; " if first.fix else ""
+    return UserError(bad[0].source, f"{first.field}: {first.problem}{tail}",
+                     f"{fix}{outcome}; fix the specs and submit again")
+
+
+def _print_job(job: Job, as_json: bool, dry_run: bool, single: bool) -> None:
+    spec, analysis = job.spec, job.analysis
+    if as_json:
+        obj: dict[str, Any] = {"source": job.source, "name": spec.name, **(job.result or {})}
+        if dry_run:
+            obj.update(dry_run=True, spec=spec.model_dump())
+        if job.point:
+            obj["grid"] = job.point
+        obj["analysis"] = analysis.to_dict()
+        if single:
+            print_json(obj)
+        else:
+            print(json.dumps(obj, default=str), flush=True)
+        return
+    what = (f"({spec.team}, {spec.priority}, {analysis.job_class}, queue {analysis.queue})")
+    if dry_run:
+        print(f"would submit {spec.name} {what} from {job.source}", flush=True)
+    elif single:
+        job_id = job.result["job_id"]
+        print(f"submitted {job_id} {what}; follow it with `yoloq status {job_id}`", flush=True)
+    else:
+        print(f"submitted {job.result['job_id']} {what} from {job.source}", flush=True)
+
+
+def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda job: None) -> list[str]:
+    """Check every job against the tier caps and the pool, then create their runs; one client.
+
+    A refused job gets its error; unless `keep_going`, any refusal stops the batch before any run
+    is created. `echo(job)` is called as each run is created. Returns the batch's notes.
+    """
+    from blocks.policy import load_policy
+
+    notes: list[str] = []
+    with stack_client() as client:
+        policy = load_policy()
+        pool, source = _pool_gpus(gpu) if any(job.analysis is not None for job in jobs) else ([], "none")
+        if not pool and any(job.analysis is not None for job in jobs):
+            notes.append("fit not checked: the pool has no live node yet (give --gpu NAME to check against a type)")
+        fits = {id(job): _checked_fit(job, policy, pool, source, notes) for job in jobs}
+        _stop_if_bad(jobs, keep_going, single=len(jobs) == 1)
+        deployment_id = job_deployment_id(client)
+        for job in jobs:
+            if job.error is None:
+                job_id = create_job_run(job.spec, reason="yoloq submit", client=client, deployment_id=deployment_id)
+                job.result = {"job_id": job_id, "fit": fits[id(job)], "notes": notes}
+                echo(job)
+    return notes
+
+
+def _checked_fit(job: Job, policy, pool, source: str, notes: list[str]) -> dict[str, Any] | None:
+    """The team's tier cap, then the fit against the pool; a refusal becomes the job's error."""
+    try:
+        check_tier_cap(job.spec, policy)
+        return fit_on_pool(job.analysis, pool, source, policy, notes) if job.analysis is not None else None
+    except UserError as exc:
+        job.error = exc
+        return None
+
+
 def submit_job(spec, analysis=None, gpu: str | None = None) -> dict:
-    """Create the parent run for a validated spec on the running stack.
+    """Create the parent run for a validated spec on the running stack (the Python API).
 
     With an analysis, the job must fit some GPU of the pool's live nodes (at its batch, or at
     the smallest reduced batch the policy allows); else it is refused (UserError).
     """
-    from yoloq.policy_config import check_submit_allowed
-
-    check_submit_allowed(spec)
-    notes: list[str] = []
-    with stack_client():
-        fit = check_pool_fit(analysis, gpu, notes) if analysis is not None else None
-        job_id = create_job_run(spec, reason="yoloq submit")
-    return {"job_id": job_id, "fit": fit, "notes": notes}
+    job = Job("api", spec=spec, analysis=analysis)
+    notes = submit_batch([job], gpu, keep_going=False)
+    return {"job_id": job.result["job_id"], "fit": job.result["fit"], "notes": notes}
 
 
-def check_pool_fit(analysis, gpu: str | None, notes: list[str]) -> dict[str, Any] | None:
-    """Check the analysed job against the live inventory (inside a stack client); raise when it fits nowhere."""
+def check_tier_cap(spec, policy) -> None:
+    """The team may not submit above its tier cap (as `policy_config.check_submit_allowed`, with
+    the policy loaded once per batch)."""
+    from work_pools.policy.rules import check_tier_allowed
+
+    refusal = check_tier_allowed(spec.team, spec.tier, policy)
+    if refusal:
+        cap = policy.tier_caps.get(spec.team, policy.default_tier_cap)
+        raise UserError("priority", refusal, f"use priority: {cap.label}")
+
+
+def fit_on_pool(analysis, pool, source: str, policy, notes: list[str]) -> dict[str, Any] | None:
+    """Check the analysed job against the pool's GPUs; raise when it fits nowhere."""
     from yoloq.analysis.fit import check_fit
 
-    pool, source = _pool_gpus(gpu)
     if not pool:
-        notes.append("fit not checked: the pool has no live node yet (give --gpu NAME to check against a type)")
         return None
-    verdict = check_fit(analysis, pool, _smallest_batch(analysis.batch))
+    smallest = max(1, policy.min_reduced_batch) if policy.allow_reduced_batch else analysis.batch
+    verdict = check_fit(analysis, pool, smallest)
     if verdict.refusal is not None:
         raise verdict.refusal
     if verdict.reduced:
-        notes.append(f"batch {analysis.batch} fits no GPU of the pool; it can run with a reduced batch of "
-                     f"{verdict.batch} on {verdict.gpu.name} (node {verdict.gpu.node}), which is not exact resume")
+        notes.append(f"{analysis.name}: batch {analysis.batch} fits no GPU of the pool; it can run with a "
+                     f"reduced batch of {verdict.batch} on {verdict.gpu.name} (node {verdict.gpu.node}), "
+                     "which is not exact resume")
     return {"source": source, "node": verdict.gpu.node, "gpu": verdict.gpu.name, "batch": verdict.batch,
             "reduced": verdict.reduced}
 
@@ -87,23 +226,38 @@ def _pool_gpus(gpu: str | None):
     return [], "none"
 
 
-def _smallest_batch(batch: int) -> int:
-    from blocks.policy import load_policy
-
-    policy = load_policy()
-    return max(1, policy.min_reduced_batch) if policy.allow_reduced_batch else batch
-
-
-def create_job_run(spec, reason: str) -> str:
-    """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API."""
-    from prefect.deployments import run_deployment
-
-    from yoloq.events import emit_job_event
+def job_deployment_id(client):
+    """The `yolo-job` deployment's id, read once per batch."""
     from yoloq.settings import JOB_DEPLOYMENT
 
+    return client.read_deployment_by_name(JOB_DEPLOYMENT).id
+
+
+def job_tags(job_id: str, spec) -> list[str]:
+    return [f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq"]
+
+
+def create_job_run(spec, reason: str, client=None, deployment_id=None) -> str:
+    """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API.
+
+    With a sync `client` and the deployment's id (a batch), the run is created through that
+    client; without, through `run_deployment` (a new client).
+    """
+    from yoloq.events import emit_job_event
+
     job_id = f"{spec.name}-{secrets.token_hex(3)}"
-    run_deployment(JOB_DEPLOYMENT, parameters={"spec": spec.model_dump(), "job_id": job_id},
-                   flow_run_name=job_id, timeout=0, as_subflow=False,
-                   tags=[f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq"])
+    parameters = {"spec": spec.model_dump(), "job_id": job_id}
+    if client is not None and deployment_id is not None:
+        from prefect.states import Scheduled
+
+        client.create_flow_run_from_deployment(deployment_id, parameters=parameters, state=Scheduled(),
+                                               name=job_id, tags=job_tags(job_id, spec))
+    else:
+        from prefect.deployments import run_deployment
+
+        from yoloq.settings import JOB_DEPLOYMENT
+
+        run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
+                       as_subflow=False, tags=job_tags(job_id, spec))
     emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
     return job_id
