@@ -72,6 +72,19 @@ class Pool:
         self.agents[name] = agent
         return agent
 
+    def start_prefect_worker(self, name: str, declared: str) -> subprocess.Popen:
+        """The same node agent through Prefect's own CLI: `prefect worker start --type yolo-gpu`."""
+        from yoloq.stack import current_stack, stack_env
+
+        env = {**stack_env(current_stack()), **self.env, "YOLOQ_DECLARED_GPUS": declared}
+        env.pop("YOLOQ_NODE_NAME", None)
+        log = open(self.logs / f"node-{name}.log", "ab")
+        agent = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool",
+                                  "yolo-gpu", "--type", "yolo-gpu", "--name", name], env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+        self.agents[name] = agent
+        return agent
+
     def submit(self, spec: Path) -> str:
         out = self.cli("submit", str(spec), "--json")
         assert out.returncode == 0, out.stderr

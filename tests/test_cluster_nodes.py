@@ -2,7 +2,8 @@
 (Prefect on PostgreSQL, checkpoints in Swift S3, an MLflow server).
 
 Nodes (declared slots, all on this host): `a` 1xA100-80GB:80 (started by `yoloq up`, so it
-takes the scheduler lease first), `b` 1xV100-32GB:32 and `c` 1xCPU:8, each via `yoloq node`.
+takes the scheduler lease first), `b` 1xV100-32GB:32 via `yoloq node`, and `c` 1xCPU:8 via
+`prefect worker start --pool yolo-gpu --type yolo-gpu --name c`.
 Running jobs are frozen (SIGSTOP) while the scheduler acts, so what it decides does not
 race this machine's speed; every epoch of every job is counted from the epoch ledger.
 """
@@ -31,7 +32,7 @@ def pool(tmp_path_factory):
     with cluster_pool(tmp, "a", "1xA100-80GB:80") as pool:
         wait_for(lambda: leader() and leader()["holder"] == "a", "node a to lead")
         pool.start_node("b", "1xV100-32GB:32")
-        pool.start_node("c", "1xCPU:8")
+        pool.start_prefect_worker("c", "1xCPU:8")  # the same agent through Prefect's CLI
         wait_for(lambda: {n.name for n in live_nodes()} == {"a", "b", "c"}, "three live nodes", 180)
         yield pool
 
@@ -206,3 +207,29 @@ def test_a_standby_takes_over_when_the_leader_is_killed(pool, tiny_dataset, tmp_
     assert _node(_segments(after)[0]) in ("b", "c"), "the dead node gets nothing"
     starts = {s.name: times_started(s.id) for s in pool_segments()}
     assert starts and max(starts.values()) <= 1, {k: v for k, v in starts.items() if v > 1}
+
+
+def test_a_lost_node_is_drained_and_its_job_resumes_elsewhere(pool, tiny_dataset, tmp_path):
+    """SIGKILL a node agent and its segment mid-training (the host died): once its heartbeat
+    lapses the scheduler marks the segment Crashed, and the job resumes on another node from
+    the shared checkpoint store with no command typed; at most one epoch is retrained."""
+    from work_pools.processes import recorded_pid
+
+    job = pool.submit(_spec(pool, tmp_path, "lost", "normal", 3, tiny_dataset))
+    seg = wait_for(lambda: (s := _running(job)) and int((s.labels or {}).get("yoloq.epoch", 0)) >= 1
+                   and s, "the job to finish its first epoch", timeout_s=900)
+    node = _node(seg)
+    assert node in pool.agents, f"the job runs on {node}, an agent this test started"
+    os.killpg(pool.agents[node].pid, signal.SIGKILL)
+    os.killpg(os.getpgid(recorded_pid(seg.id)), signal.SIGKILL)
+    lost_at = time.monotonic()
+    crashed = wait_for(lambda: next((s for s in _segments(job) if s.id == seg.id and s.state
+                                     and s.state.is_crashed()), None), "the drain", 300)
+    print(f"\nnode {node} lost: segment drained after {time.monotonic() - lost_at:.1f} s")
+    assert f"Node {node} lost" in (crashed.state.message or "")
+    status = wait_final(job, 900, cli=pool.cli)
+    assert status["state"] == "Completed", status
+    later = [s for s in _segments(job) if s.id != seg.id and _node(s)]
+    assert later and all(_node(s) != node for s in later), "it resumed on another node"
+    counts = _trainings(job)
+    assert sorted(counts) == [1, 2, 3] and sum(counts.values()) - 3 <= 1, counts

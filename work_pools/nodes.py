@@ -55,12 +55,17 @@ def validate_node_name(name: str) -> str:
     return name
 
 
-def default_node_name() -> str:
-    """`YOLOQ_NODE_NAME`, else this host's name made safe for a Prefect Variable."""
+def default_node_name(worker_name: str | None = None) -> str:
+    """`YOLOQ_NODE_NAME`, else the worker's own `--name` (`prefect worker start --name gpu-b`),
+    else this host's name, made safe for a Prefect Variable."""
     explicit = os.environ.get("YOLOQ_NODE_NAME")
     if explicit:
         return validate_node_name(explicit)
-    safe = re.sub(r"[^a-z0-9_-]+", "-", socket.gethostname().lower()).strip("-_")
+    return _safe_name(worker_name or socket.gethostname())
+
+
+def _safe_name(text: str) -> str:
+    safe = re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-_")
     return (safe or "node")[:63]
 
 

@@ -81,7 +81,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.node_name = nodes.default_node_name()
+        self.node_name = nodes.default_node_name(kwargs.get("name"))
         self._gpus: list[GpuInfo] = []
         self._policy = WorkerPolicy.from_env()
         self._policy_read_at = time.time()
