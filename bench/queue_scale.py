@@ -46,9 +46,10 @@ class Sample:
     processes: int
     rss_mb: float
     by_role: dict[str, tuple[int, float]]
+    crashed: int = 0
 
 
-def measure(stack, jobs: int) -> Sample:
+def measure(stack, jobs: int, crashed: int = 0) -> Sample:
     """Every process of the stack: count and total RSS, by role (from the PID files)."""
     import psutil
 
@@ -67,7 +68,12 @@ def measure(stack, jobs: int) -> Sample:
             continue
     summary = {role: (len(v), sum(v)) for role, v in sorted(by_role.items())}
     return Sample(jobs, sum(n for n, _ in summary.values()), sum(mb for _, mb in summary.values()),
-                  summary)
+                  summary, crashed)
+
+
+def measure_settled(stack, jobs: int, crashed: int) -> Sample:
+    time.sleep(5)  # the last parents' first reads and the server's caches
+    return measure(stack, jobs, crashed)
 
 
 def _role(proc, roles: dict[int | None, str]) -> str:
@@ -80,8 +86,8 @@ def _role(proc, roles: dict[int | None, str]) -> str:
     return f"{roles.get(group, 'other')} child"
 
 
-def counts(client) -> tuple[int, int]:
-    """(parents Running, segments Scheduled)."""
+def counts(client) -> tuple[int, int, int]:
+    """(parents Running, segments Scheduled, parents that ended Crashed or Failed)."""
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterName,
@@ -91,31 +97,34 @@ def counts(client) -> tuple[int, int]:
     )
     from prefect.client.schemas.objects import StateType
 
-    def count(deployment: str, state: StateType) -> int:
+    def count(deployment: str, *states: StateType) -> int:
         return client.count_flow_runs(
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
-                type=FlowRunFilterStateType(any_=[state]))),
+                type=FlowRunFilterStateType(any_=list(states)))),
             deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])))
 
-    return count("yolo-job", StateType.RUNNING), count("train-segment", StateType.SCHEDULED)
+    return (count("yolo-job", StateType.RUNNING), count("train-segment", StateType.SCHEDULED),
+            count("yolo-job", StateType.CRASHED, StateType.FAILED))
 
 
-def wait_waiting(client, jobs: int, timeout_s: float) -> float:
-    """Block until `jobs` parents run and `jobs` segments wait; return the seconds it took."""
+def wait_waiting(client, submitted: int, timeout_s: float) -> tuple[int, int]:
+    """Block until each of the `submitted` jobs waits (parent Running, segment Scheduled) or
+    has ended Crashed/Failed (a runner that could not start it); return (waiting, ended)."""
     began = time.monotonic()
-    last = (-1, -1)
+    last = (-1, -1, -1)
     while True:
         now = counts(client)
+        running, scheduled, ended = now
         if now != last:
-            print(f"  {time.monotonic() - began:6.1f} s: {now[0]} parents running, "
-                  f"{now[1]} segments waiting", flush=True)
+            print(f"  {time.monotonic() - began:6.1f} s: {running} parents running, "
+                  f"{scheduled} segments waiting, {ended} parents crashed", flush=True)
             last = now
-        if now[0] >= jobs and now[1] >= jobs:
-            if now[1] > jobs:
-                raise SystemExit(f"{now[1]} segments for {jobs} jobs: a parent queued twice")
-            return time.monotonic() - began
+        if running + ended >= submitted and scheduled >= running:
+            if scheduled > running:
+                raise SystemExit(f"{scheduled} segments for {running} jobs: a parent queued twice")
+            return running, ended
         if time.monotonic() - began > timeout_s:
-            raise SystemExit(f"only {now} of {jobs} jobs waiting after {timeout_s:.0f} s")
+            raise SystemExit(f"only {now} of {submitted} jobs waiting after {timeout_s:.0f} s")
         time.sleep(2)
 
 
@@ -174,8 +183,8 @@ def kill_marked(root: Path) -> None:
 
 
 def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
-    """The ProcessWorker runner with `jobs` waiting; afterwards the in-process runner is back
-    (started by `up`, which reschedules the parents the killed runner left)."""
+    """The ProcessWorker runner with `jobs` submitted; afterwards the in-process runner is
+    back (started by `up`, which reschedules the parents the killed runner left)."""
     from prefect.client.orchestration import get_client
 
     from yoloq.stack import PROJECT_DIR, _read_pid, stack_env, up
@@ -187,32 +196,43 @@ def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
                          stderr=subprocess.STDOUT, start_new_session=True)
     print(f"old ProcessWorker runner: submitting {jobs} jobs ({submit(data, 0, jobs):.2f} s each)")
     with get_client(sync_client=True) as client:
-        print(f"  all waiting after {wait_waiting(client, jobs, timeout_s):.0f} s")
-        time.sleep(5)
-        sample = measure(stack, jobs)
+        waiting, crashed = wait_waiting(client, jobs, timeout_s)
+        sample = measure_settled(stack, waiting, crashed)
         kill_marked(stack.paths.root)
         time.sleep(1)
         up(echo=lambda line: print(f"  yoloq up: {line}"))
-        print("in-process runner: adopting the same jobs")
-        wait_waiting(client, jobs, timeout_s)
+        print(f"in-process runner: adopting the {waiting} waiting jobs")
+        adopted, _ = wait_waiting(client, jobs, timeout_s)
+        if adopted != waiting:
+            raise SystemExit(f"the in-process runner adopted {adopted} of {waiting} jobs")
     return sample
 
 
+def _row(label: str, s: Sample) -> str:
+    roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in s.by_role.items())
+    crashed = f" ({s.crashed} more crashed at start)" if s.crashed else ""
+    return f"| {label}{crashed} | {s.processes} | {s.rss_mb:.0f} | {roles} |"
+
+
 def table(samples: list[Sample], old: Sample | None) -> str:
-    lines = ["| queued jobs | processes | RSS total (MB) | by role: processes, MB |",
-             "|---:|---:|---:|---|"]
-    for s in samples:
-        roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in s.by_role.items())
-        lines.append(f"| {s.jobs} | {s.processes} | {s.rss_mb:.0f} | {roles} |")
+    lines = ["| queued jobs (waiting) | processes | RSS total (MB) | by role: processes, MB |",
+             "|---|---:|---:|---|"]
+    lines += [_row(str(s.jobs), s) for s in samples]
+    for low, high in zip(samples[1:], samples[2:]):
+        if high.jobs > low.jobs:
+            lines.append(f"| {low.jobs} -> {high.jobs}: per extra waiting job | "
+                         f"{(high.processes - low.processes) / (high.jobs - low.jobs):+.2f} | "
+                         f"{(high.rss_mb - low.rss_mb) / (high.jobs - low.jobs):+.1f} | |")
     if old is not None:
-        roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in old.by_role.items())
-        lines.append(f"| {old.jobs} (old ProcessWorker runner) | {old.processes} | "
-                     f"{old.rss_mb:.0f} | {roles} |")
-        new = next((s for s in samples if s.jobs == old.jobs), None)
-        if new is not None:
-            lines.append("")
-            lines.append(f"at {old.jobs} queued jobs: old / new RSS = {old.rss_mb / new.rss_mb:.1f}x, "
-                         f"processes {old.processes} -> {new.processes}")
+        lines.append(_row(f"{old.jobs}, old ProcessWorker runner", old))
+        new = next((s for s in samples if s.jobs >= old.jobs and s.jobs > 0), None)
+        if new is not None and old.jobs:
+            per_old = (old.rss_mb - samples[0].rss_mb) / old.jobs
+            per_new = (new.rss_mb - samples[0].rss_mb) / new.jobs
+            lines += ["", (f"per waiting job above the idle stack: old {per_old:.0f} MB ({old.jobs} "
+                           f"jobs), new {per_new:.1f} MB ({new.jobs} jobs): {per_old / per_new:.0f}x; "
+                           f"total RSS old/new at {old.jobs} vs {new.jobs} jobs: "
+                           f"{old.rss_mb / new.rss_mb:.1f}x; processes {old.processes} vs {new.processes}")]
     return "\n".join(lines)
 
 
@@ -243,22 +263,24 @@ def main(argv: list[str] | None = None) -> int:
         try:
             data = synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
             time.sleep(3)
-            samples, old, done = [measure(stack, 0)], None, 0
+            samples, old, submitted, waiting, ended = [measure(stack, 0)], None, 0, 0, 0
             if args.old_at:
                 old = measure_old(stack, data, args.old_at, args.timeout_s)
-                done = args.old_at
+                submitted, waiting, ended = args.old_at, old.jobs, old.crashed
             for point in points[1:]:
-                if point > done:
-                    per = submit(data, done, point)
-                    print(f"in-process runner: {point - done} more jobs ({per:.2f} s each)")
+                if point > waiting:
+                    per = submit(data, submitted, submitted + point - waiting)
+                    print(f"in-process runner: {point - waiting} more jobs ({per:.2f} s each)")
+                    submitted += point - waiting
                     with get_client(sync_client=True) as client:
-                        print(f"  all {point} waiting after "
-                              f"{wait_waiting(client, point, args.timeout_s):.0f} s")
-                    done = point
-                time.sleep(5)
-                samples.append(measure(stack, point))
-                print(f"  N={point}: {samples[-1].processes} processes, {samples[-1].rss_mb:.0f} MB",
-                      flush=True)
+                        waiting, ended_now = wait_waiting(client, submitted, args.timeout_s)
+                    print(f"  {waiting} waiting, {ended_now - ended} crashed at start")
+                    samples.append(measure_settled(stack, waiting, ended_now - ended))
+                    ended = ended_now
+                else:
+                    samples.append(measure_settled(stack, waiting, 0))
+                print(f"  N={waiting}: {samples[-1].processes} processes, "
+                      f"{samples[-1].rss_mb:.0f} MB", flush=True)
         finally:
             signal_group(worker, signal.SIGCONT)
     print()
