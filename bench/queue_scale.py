@@ -23,6 +23,7 @@ parents and starts the in-process job runner, which adopts their segments (check
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import subprocess
@@ -218,7 +219,7 @@ def table(samples: list[Sample], old: Sample | None) -> str:
     lines = ["| queued jobs (waiting) | processes | RSS total (MB) | by role: processes, MB |",
              "|---|---:|---:|---|"]
     lines += [_row(str(s.jobs), s) for s in samples]
-    for low, high in zip(samples[1:], samples[2:]):
+    for low, high in itertools.pairwise(samples[1:]):
         if high.jobs > low.jobs:
             lines.append(f"| {low.jobs} -> {high.jobs}: per extra waiting job | "
                          f"{(high.processes - low.processes) / (high.jobs - low.jobs):+.2f} | "
