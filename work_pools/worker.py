@@ -14,7 +14,6 @@ segment's process has exited.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -37,6 +36,7 @@ from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
 from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import BATCH_LABEL
+from work_pools.warm_start import SegmentStarter
 from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
@@ -106,6 +106,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
 
     async def setup(self) -> None:
         await super().setup()
+        self._starter = SegmentStarter(self._logger)  # the warm launcher (YOLOQ_WARM_START)
         self._gpus = inventory()
         kinds = {g.kind for g in self._gpus}
         self._logger.info("node %s, GPU inventory (%s): %s", self.node_name, "/".join(sorted(kinds)),
@@ -116,6 +117,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     async def teardown(self, *exc_info: Any) -> None:
         self._stopping = True
         await self._stop_all_segments("node agent shutting down")
+        if getattr(self, "_starter", None) is not None:
+            self._starter.close()
         try:
             await self._lease.release(self.client)
             await nodes.remove(self.client, self.node_name)
@@ -294,8 +297,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         if flow_run.id in self._batches:
             env[REDUCED_BATCH_ENV] = str(self._batches[flow_run.id])
         cwd = configuration.working_dir or Path.cwd()
-        process = await processes.start([sys.executable, "-m", "prefect.engine"], env, cwd,
-                                        configuration.stream_output)
+        process = await self._starter.start_segment(env, cwd, configuration.stream_output)
         self._pids[flow_run.id] = process.pid
         self._started_at[flow_run.id] = time.time()
         processes.record_pid(flow_run.id, process.pid, self.node_name)
