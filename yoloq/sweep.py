@@ -201,9 +201,9 @@ def expand_sweep(raw: dict[str, Any], path: Path, overrides: list[Override]) -> 
     _check_sweep_keys(raw)
     base, base_dir = _base(raw, path)
     grid = _grid(raw.get("grid"))
-    clash = next((key for key, _ in overrides if _short_key(key) in grid), None)
+    clash = next((key for key, _ in overrides if _short_key(key) in grid or key == "name"), None)
     if clash:
-        raise SpecError(clash, "is both a grid key and a command-line override",
+        raise SpecError(clash, "is both set by the sweep (grid or name template) and a command-line override",
                         "drop one of them")
     template = _template(raw.get("name"), list(grid))
     base_name = str(base.get("name") or _slug(path.stem))

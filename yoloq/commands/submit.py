@@ -15,6 +15,7 @@ import argparse
 import json
 import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,12 +142,12 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
     A refused job gets its error; unless `keep_going`, any refusal stops the batch before any run
     is created. `echo(job)` is called as each run is created. Returns the batch's notes.
     """
-    from blocks.policy import load_policy
-
     notes: list[str] = []
-    with stack_client() as client:
+    with stack_client() as client:  # first: it points Prefect at the stack before Prefect is imported
+        from blocks.policy import load_policy
+
         policy = load_policy()
-        pool, source = _pool_gpus(gpu) if any(job.analysis is not None for job in jobs) else ([], "none")
+        pool, source = _pool_gpus(client, gpu) if any(job.analysis is not None for job in jobs) else ([], "none")
         if not pool and any(job.analysis is not None for job in jobs):
             notes.append("fit not checked: the pool has no live node yet (give --gpu NAME to check against a type)")
         fits = {id(job): _checked_fit(job, policy, pool, source, notes) for job in jobs}
@@ -210,12 +211,11 @@ def fit_on_pool(analysis, pool, source: str, policy, notes: list[str]) -> dict[s
             "reduced": verdict.reduced}
 
 
-def _pool_gpus(gpu: str | None):
+def _pool_gpus(client, gpu: str | None):
     """(GPUs, where they come from): every live node's, else the --gpu type given, else none."""
-    from work_pools.nodes import live_pool_gpus
     from yoloq.analysis.fit import PoolGpu
 
-    live = [PoolGpu(node, info.name, info.mem_total_gb) for node, info in live_pool_gpus()]
+    live = [PoolGpu(node.name, info.name, info.mem_total_gb) for node in live_nodes(client) for info in node.gpus]
     if live:
         return live, "live nodes"
     if gpu:
@@ -224,6 +224,16 @@ def _pool_gpus(gpu: str | None):
         kind = gpus.lookup(gpu)  # already checked by the analysis
         return [PoolGpu("--gpu", kind.name, kind.mem_gb)], "--gpu"
     return [], "none"
+
+
+def live_nodes(client) -> list:
+    """The live node records, read through this sync client (as `work_pools.nodes.read_nodes`
+    does through an async one: a new client per call costs more than the read)."""
+    from work_pools.nodes import NODE_VARIABLE_PREFIX, from_value
+
+    now = time.time()
+    records = [from_value(v.value) for v in client.read_variables() if v.name.startswith(NODE_VARIABLE_PREFIX)]
+    return sorted((r for r in records if r is not None and r.alive(now)), key=lambda r: r.name)
 
 
 def job_deployment_id(client):

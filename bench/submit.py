@@ -1,0 +1,157 @@
+"""Submit cost per job, side by side: the Python API, one CLI call per job, one CLI call for a sweep.
+
+Starts a private embedded stack (`yoloq.stack.private_stack`: its own state folder and port,
+one declared slot `1xCPU:8`, minimum runtime 0) and pauses its job runner and GPU worker
+(SIGSTOP of their process groups) once the worker has published its node, so that the runs
+created stay Scheduled and nothing trains or analyses beside the measurement: what is timed is
+submission alone (local analysis, tier cap and pool fit checks, run creation, audit event).
+Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic 8/4-image dataset.
+
+(a) API: `load_spec` + `analyse` + `yoloq.commands.submit.submit_job` in this process (the first
+    call, which pays Prefect's import, is left out of the p50);
+(b) CLI, one job: `python -m yoloq.cli submit one.yaml`, one process per job;
+(c) CLI, sweep: one `python -m yoloq.cli submit sweep.yaml` whose grid expands to N jobs.
+
+    .venv/bin/python bench/submit.py                  # 20 API, 10 CLI, a 100-job sweep
+    .venv/bin/python bench/submit.py --api 5 --cli 3 --sweep 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+GOALS = {"api": 0.3, "cli": 1.5, "sweep": 20.0}  # issue 10: p50 per job / per job / 100-job sweep total
+BASE = {"name": "bench", "team": "vision", "priority": "normal", "model": "yolov8n.yaml",
+        "data": "shapes/data.yaml", "epochs": 1, "imgsz": 64, "batch": 4, "export": [],
+        "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
+
+
+def write_files(home: Path, sweep_jobs: int) -> tuple[Path, Path]:
+    """one.yaml and a sweep of `sweep_jobs` jobs (lr0 x seed) next to the dataset."""
+    one = home / "one.yaml"
+    one.write_text(yaml.safe_dump(BASE))
+    seeds = max(1, sweep_jobs // 10)
+    lrs = [round(0.001 * (i + 1), 4) for i in range(max(1, sweep_jobs // seeds))]
+    sweep = home / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": "one.yaml", "grid": {"lr0": lrs, "seed": list(range(seeds))}}))
+    return one, sweep
+
+
+def time_api(one: Path, count: int) -> list[float]:
+    """Seconds per `submit_job` call (with the spec loaded and analysed, as the CLI does)."""
+    from yoloq.analysis import analyse
+    from yoloq.commands.submit import submit_job
+    from yoloq.spec import load_spec
+
+    times = []
+    for _ in range(count + 1):  # the first call imports Prefect and is dropped
+        began = time.perf_counter()
+        spec = load_spec(one)
+        submit_job(spec, analysis=analyse(spec))
+        times.append(time.perf_counter() - began)
+    return times[1:]
+
+
+def cli(*args: str) -> float:
+    began = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "yoloq.cli", "submit", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"yoloq submit {' '.join(args)} failed: {out.stderr.strip()}")
+    return time.perf_counter() - began
+
+
+def count_jobs(client) -> int:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    return client.count_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["yolo-job"])))
+
+
+def signal_group(pid: int | None, sig: signal.Signals) -> None:
+    if pid:
+        try:
+            os.killpg(os.getpgid(pid), sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_worker_ready(timeout_s: float = 180) -> None:
+    from work_pools.nodes import live_pool_gpus
+
+    deadline = time.monotonic() + timeout_s
+    while not live_pool_gpus():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the GPU worker published no node within {timeout_s:.0f} s")
+        time.sleep(1)
+
+
+def report(api: list[float], per_cli: list[float], sweep_total: float, sweep_jobs: int) -> str:
+    p50 = statistics.median
+    rows = [("API call (submit_job), per job", p50(api), GOALS["api"], f"p50 of {len(api)}"),
+            ("CLI, one call per job", p50(per_cli), GOALS["cli"], f"p50 of {len(per_cli)}"),
+            (f"CLI, one call for a {sweep_jobs}-job sweep, total", sweep_total,
+             GOALS["sweep"] * sweep_jobs / 100, "one call"),
+            ("  the same, per job", sweep_total / sweep_jobs, GOALS["sweep"] / 100, "")]
+    lines = ["| submit | measured (s) | goal (s) | |", "|---|---:|---:|---|"]
+    lines += [f"| {name} | {value:.2f} | {goal:.2f} | {note} |" for name, value, goal, note in rows]
+    lines.append("")
+    lines.append(f"one CLI call per job / API call: {p50(per_cli) / p50(api):.1f}x; "
+                 f"one CLI call per job / sweep per job: {p50(per_cli) / (sweep_total / sweep_jobs):.1f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--api", type=int, default=20, help="API calls timed")
+    parser.add_argument("--cli", type=int, default=10, help="one-job CLI calls timed")
+    parser.add_argument("--sweep", type=int, default=100, help="jobs in the sweep (a multiple of 10)")
+    args = parser.parse_args(argv)
+
+    from prefect.client.orchestration import get_client
+
+    from yoloq.stack import _read_pid, api_settings, private_stack
+    from yoloq.synth import synth_dataset
+
+    home = Path(tempfile.mkdtemp(prefix="yoloq-bench-submit-"))
+    print(f"private stack in {home}: 1 declared slot (1xCPU:8); job runner and GPU worker paused (SIGSTOP)")
+    with private_stack(home) as stack, api_settings(stack):
+        paused = [_read_pid(stack, "runner"), _read_pid(stack, "worker")]
+        wait_worker_ready()
+        time.sleep(2)
+        for pid in paused:
+            signal_group(pid, signal.SIGSTOP)
+        try:
+            synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
+            one, sweep = write_files(home, args.sweep)
+            api = time_api(one, args.api)
+            print(f"(a) API: p50 {statistics.median(api):.2f} s over {len(api)} calls", flush=True)
+            per_cli = [cli(str(one)) for _ in range(args.cli)]
+            print(f"(b) CLI per job: p50 {statistics.median(per_cli):.2f} s over {len(per_cli)} calls", flush=True)
+            with get_client(sync_client=True) as client:
+                before = count_jobs(client)
+                sweep_total = cli(str(sweep))
+                created = count_jobs(client) - before
+            if created != args.sweep:
+                raise SystemExit(f"the sweep created {created} runs, not {args.sweep}")
+            print(f"(c) CLI sweep: {sweep_total:.1f} s for {created} jobs", flush=True)
+        finally:
+            for pid in paused:
+                signal_group(pid, signal.SIGCONT)
+    print()
+    print(report(api, per_cli, sweep_total, args.sweep))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
