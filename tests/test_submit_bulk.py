@@ -308,14 +308,14 @@ def test_sweep_submits_four_named_jobs_in_one_call(yoloq_stack, folder, capsys, 
             for job_id in job_ids:
                 spec = runs[job_id].parameters["spec"]
                 assert job_id.startswith(spec["name"] + "-") and runs[job_id].parameters["job_id"] == job_id
-                assert spec["priority"] == "low" and f"tier:low" in runs[job_id].tags
+                assert spec["priority"] == "low" and "tier:low" in runs[job_id].tags
                 seen[spec["name"]] = (spec["train_args"]["lr0"], spec["model"])
             assert seen == expected
         finally:
             for job_id in job_ids:
                 assert cli.main(["cancel", job_id]) == 0
     for job_id in job_ids:  # cancelled for real: no run of these jobs occupies the slot
-        parent, segments = wait_for(lambda j=job_id: (s := job_states(j))[0] in ("Cancelled",) and s,
+        _parent, segments = wait_for(lambda j=job_id: (s := job_states(j))[0] in ("Cancelled",) and s,
                                     f"{job_id} cancelled", 240)
         assert all(state == "Cancelled" for state in segments), (job_id, segments)
 
