@@ -29,6 +29,7 @@ from work_pools.policy.decide import decide
 from work_pools.policy.eta import Eta
 from work_pools.policy.model import Gpu, Policy, Segment, Snapshot, Throttle
 from work_pools.simulate.etas import EtaTracker
+from work_pools.simulate.sharing import Sharing
 from work_pools.simulate.trace import TraceJob
 
 _EPS = 1e-6
@@ -102,7 +103,7 @@ class SimResult:
     throttles: int = 0
 
 
-class Simulator:
+class Simulator(Sharing):
     def __init__(self, trace: list[TraceJob], gpus: tuple[Gpu, ...], policy: Policy, *,
                  segment_s: float = 600.0, estimate_sigma: float = 0.5, seed: int = 0,
                  eta: bool = True, calibrate: bool = True) -> None:
@@ -163,9 +164,6 @@ class Simulator:
         return SimResult(self.jobs, self.gpus, self.policy, self.busy_gpu_s, self.team_tu,
                          self.unschedulable, self.idle_while_waiting_gpu_s, self.throttles)
 
-    def _next_deferred(self) -> float:
-        return self.deferred[0][0] if self.deferred else math.inf
-
     def _next_arrival(self, pending: deque) -> float:
         return pending[0].spec.submit_time if pending else math.inf
 
@@ -215,23 +213,6 @@ class Simulator:
         del self.running[job.id]
         self._unshare(job)
 
-    def _rebase(self, job: JobRun, speed: float) -> None:
-        """Credit the work done so far and continue at `speed` (a throttle began or ended)."""
-        wall = self.now - job.run_start
-        job.done_s = self._progress(job)
-        job.run_s += wall
-        job.speed_s += wall * job.speed
-        job.attained_gpu_s += wall * len(job.gpus_held)
-        job.held.append((job.run_start, self.now))
-        job.run_start, job.speed = self.now, speed
-
-    def _unshare(self, job: JobRun) -> None:
-        other = self.by_id.get(job.sharing_with) if job.sharing_with else None
-        job.sharing_with = None
-        if other is not None and other.id in self.running:
-            other.sharing_with = None
-            self._rebase(other, min(self.speeds[i] for i in other.gpus_held))
-
     def _complete(self) -> None:
         for job in [j for j in self.running.values()
                     if self._progress(j) >= j.spec.duration_s - 1e-3]:
@@ -276,35 +257,6 @@ class Simulator:
         for sid, prediction in self.etas.predict(snapshot, self.now, ids).items():
             job = self.by_id[sid.rsplit("/", 1)[0]]
             job.eta, job.eta_raw = prediction.calibrated, prediction.raw
-
-    def _defer(self, throttle: Throttle) -> None:
-        """Start the urgent job on the victim's GPU at the victim's next epoch boundary."""
-        victim = self.running[throttle.victim_job_id]
-        progress = self._progress(victim)
-        boundary = math.ceil(progress / victim.epoch_s - 1e-9) * victim.epoch_s
-        at = self.now + max(0.0, boundary - progress) / victim.speed
-        self.waiting.pop(throttle.for_job_id)
-        self.deferred.append((at, throttle))
-        self.deferred.sort(key=lambda d: (d[0], d[1].for_job_id))
-        self.throttles += 1
-
-    def _start_deferred(self) -> None:
-        while self.deferred and self.deferred[0][0] <= self.now + _EPS:
-            _, throttle = self.deferred.pop(0)
-            job = self.by_id[throttle.for_job_id]
-            slot = self.slot_of[(throttle.node, throttle.gpu_index)]
-            victim = self.running.get(throttle.victim_job_id)
-            if victim is not None and slot in victim.gpus_held and not victim.sharing_with:
-                victim.batch = throttle.new_batch
-                victim.throttled += 1
-                self._rebase(victim, victim.speed * 0.5)
-                self._start(job, (slot,))
-                self._rebase(job, job.speed * 0.5)
-                job.sharing_with, victim.sharing_with = victim.id, job.id
-            elif not any(slot in j.gpus_held for j in self.running.values()):
-                self._start(job, (slot,))
-            else:
-                self._enqueue(job, self.now)
 
     def _free_gpus_a_waiting_job_fits(self) -> int:
         """Free GPUs, if some waiting job fits on free GPUs of one node now; else 0."""
