@@ -74,3 +74,33 @@ def test_the_cluster_profile_has_no_node_local_default(monkeypatch):
         settings.mlflow_tracking_uri()
     monkeypatch.setenv("YOLOQ_PROFILE", "local")
     assert settings.checkpoint_store().location().startswith("file://")
+
+
+def test_history_rows_show_each_training_and_mark_a_repeat(monkeypatch, tmp_path):
+    from blocks.checkpoint_base import EpochRecord
+    from blocks.checkpoints import LocalCheckpointStore
+    from yoloq.timeline import ledger_rows
+
+    monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
+    monkeypatch.setenv("YOLOQ_CHECKPOINT_URI", str(tmp_path / "store"))
+    rows = [EpochRecord("job", 1, "run-a", "gpu-1", "t0", "t1"),
+            EpochRecord("job", 2, "run-a", "gpu-1", "t1", "t2"),
+            EpochRecord("job", 2, "run-b", "gpu-2", "t3", "t4")]
+    data = tmp_path / "ckpt.pt"
+    data.write_bytes(b"weights")
+    LocalCheckpointStore(path=str(tmp_path / "store")).save_checkpoint("job", 2, data, trainings=rows)
+    shown = ledger_rows("job", {"run-a": "job.s1.e0-2", "run-b": "job.s2.e1-2"})
+    assert [(r["what"], r["epoch"], r["node"]) for r in shown] == [
+        ("trained", 1, "gpu-1"), ("trained", 2, "gpu-1"), ("trained", 2, "gpu-2")]
+    assert shown[1]["detail"] == "epoch 2 by job.s1.e0-2 on gpu-1"
+    assert shown[2]["detail"] == "epoch 2 by job.s2.e1-2 on gpu-2, trained 2 times"
+
+
+def test_history_says_when_the_ledger_cannot_be_read(monkeypatch):
+    from yoloq.timeline import ledger_rows
+
+    monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
+    monkeypatch.delenv("YOLOQ_CHECKPOINT_URI", raising=False)
+    monkeypatch.setenv("YOLOQ_PROFILE", "cluster")  # no store configured: an error, shown
+    [row] = ledger_rows("job", {})
+    assert row["what"] == "ledger unavailable" and "YOLOQ_CHECKPOINT_URI" in row["detail"]
