@@ -8,7 +8,7 @@ CUDA (nor loads the driver). For each segment it forks a child that
 - starts a session of its own (the node agent kills the whole group, as before),
 - takes the requested environment (os.environ replaced, so CUDA_VISIBLE_DEVICES is set
   before anything touches CUDA), working folder and output (the agent's log, or nothing),
-- reseeds Python's and numpy's global generators from the OS (a cold process would),
+- reseeds Python's, numpy's and torch's global generators from the OS (a cold process would),
   refreshes Prefect's settings from the new environment, and
 - runs what `python -m prefect.engine` runs (the same module, as `__main__`), then exits
   as the interpreter would (threads joined, atexit handlers: Prefect flushes its logs and
@@ -268,13 +268,17 @@ def _finish(code: int) -> NoReturn:
 
 
 def _reseed() -> None:
-    """A cold process seeds Python's and numpy's global generators from the OS; every
-    child would otherwise share the launcher's. (torch's default generator starts from a
-    fixed seed in every process, so it is left as the imports left it, as in a cold one.)"""
+    """A cold process seeds Python's, numpy's and torch's global generators from the OS;
+    every child would otherwise share the launcher's. (The engine seeds all of them from
+    (seed, epoch) at every epoch; this keeps what runs before that as a cold process has it.)
+    `torch.seed()` queues the CUDA generators' seed for CUDA's first use: nothing starts."""
     random.seed()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
 
 
 def _refresh_prefect() -> None:
