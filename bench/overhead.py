@@ -1,6 +1,7 @@
 """What yoloq costs over plain ultralytics for the same small job, side by side in one run.
 
     python bench/overhead.py [--epochs 3] [--images 32] [--imgsz 64] [--repeat 1]
+                             [--modes warm,cold]
 
 The job: yolov8n.yaml on a synthetic shapes dataset, batch 8, seed 0, workers 0,
 plots off. It runs three ways, in this order, `--repeat` times (medians are shown):
@@ -10,6 +11,17 @@ plots off. It runs three ways, in this order, `--repeat` times (medians are show
 - yoloq-1: `submit` on a private real stack (Prefect server, job runner, yolo-gpu
            worker, one CPU slot) with segment_epochs = epochs (1 segment);
 - yoloq-3: the same with segment_epochs = 1 (epochs segments, 3 by default).
+
+Each yoloq way runs once per start mode of the node agent (`--modes`, both by default, on
+the same stack: the worker is restarted with YOLOQ_WARM_START=1 or 0, then an untimed
+warm-up job lets its launcher finish importing): `warm` forks segments from the node's
+pre-imported launcher, `cold` starts `python -m prefect.engine` per segment.
+
+Per segment the bench reads where the fixed cost goes, from Prefect's run times and the
+job's epoch ledger: the parent's reaction (previous segment's end -> next segment run
+created), queue -> Running (the scheduler's and the worker's polls, the process start,
+Prefect's engine loading the run and the flow), Running -> first epoch start (checkpoint
+restore, trainer setup), and their sum, the fixed cost queue -> training loop.
 
 yoloq wall time is submit -> the parent run's end (Completed). The yoloq jobs
 use `export: []` (no export step; the spec's default would be TorchScript), but
@@ -22,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -51,12 +62,26 @@ print("TRAIN_S", time.time() - t0)
 
 
 @dataclass(frozen=True)
+class SegmentCost:
+    """Where one segment's fixed cost goes (seconds)."""
+
+    parent_s: float          # previous segment's end -> this segment run created (0 for the first)
+    queue_to_running_s: float  # created -> Running: polls, process start, engine start
+    running_to_loop_s: float   # Running -> first epoch start: restore, trainer setup
+
+    @property
+    def fixed_s(self) -> float:  # queue -> training loop
+        return self.queue_to_running_s + self.running_to_loop_s
+
+
+@dataclass(frozen=True)
 class YoloqRun:
     wall_s: float            # submit -> parent run Completed
     segments: int
     segment_run_s: float     # sum of segment flow runs' Running -> end
     evaluate_s: float        # the evaluate task run (last segment)
     export_s: float          # the export task run, if the spec asked for one
+    costs: tuple[SegmentCost, ...] = ()
 
     @property
     def eval_export_s(self) -> float:
@@ -119,7 +144,7 @@ def run_plain(data: Path, epochs: int, imgsz: int, workdir: Path) -> tuple[float
             "device": "cpu", "project": str(workdir), "name": "plain", "exist_ok": True,
             **TRAIN_ARGS}
     started = time.time()
-    out = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT, json.dumps(args)],
+    out = subprocess.run([sys.executable, "-c", PLAIN_SCRIPT, json.dumps(args)], check=False,
                          capture_output=True, text=True, timeout=1800)
     wall = time.time() - started
     if out.returncode != 0:
@@ -143,7 +168,30 @@ def run_yoloq(spec_path: Path) -> YoloqRun:
         tasks = _task_seconds(client, segments[-1].id)
     return YoloqRun(wall_s=ts(parent.end_time) - submitted_at, segments=len(segments),
                     segment_run_s=segment_s, evaluate_s=tasks.get("evaluate", 0.0),
-                    export_s=tasks.get("export", 0.0))
+                    export_s=tasks.get("export", 0.0), costs=segment_costs(job_id, segments))
+
+
+def segment_costs(job_id: str, segments: list[Any]) -> tuple[SegmentCost, ...]:
+    """Per segment that trained: parent reaction, queue -> Running, Running -> first epoch."""
+    from datetime import datetime
+
+    from yoloq.jobs import epoch_trainings
+
+    first_epoch: dict[str, float] = {}
+    for record in epoch_trainings(job_id):
+        start = datetime.fromisoformat(record.start).timestamp()
+        first_epoch[record.segment] = min(start, first_epoch.get(record.segment, start))
+    costs, previous_end = [], None
+    for run in segments:
+        loop = first_epoch.get(str(run.id))
+        if loop is None or run.start_time is None:
+            continue
+        costs.append(SegmentCost(
+            parent_s=ts(run.created) - previous_end if previous_end else 0.0,
+            queue_to_running_s=ts(run.start_time) - ts(run.created),
+            running_to_loop_s=loop - ts(run.start_time)))
+        previous_end = ts(run.end_time)
+    return tuple(costs)
 
 
 def _task_seconds(client: Any, flow_run_id: Any) -> dict[str, float]:
@@ -165,35 +213,56 @@ def median_run(runs: list[YoloqRun]) -> YoloqRun:
     return YoloqRun(wall_s=statistics.median(r.wall_s for r in runs), segments=runs[0].segments,
                     segment_run_s=statistics.median(r.segment_run_s for r in runs),
                     evaluate_s=statistics.median(r.evaluate_s for r in runs),
-                    export_s=statistics.median(r.export_s for r in runs))
+                    export_s=statistics.median(r.export_s for r in runs),
+                    costs=tuple(c for r in runs for c in r.costs))
 
 
-def report(plain: list[tuple[float, float]], one: list[YoloqRun], many: list[YoloqRun],
+def mean_cost(runs: list[YoloqRun]) -> SegmentCost:
+    """Mean over every segment of these runs (the first segment has no parent reaction)."""
+    costs = [c for r in runs for c in r.costs]
+    later = [c.parent_s for r in runs for c in r.costs[1:]]
+    return SegmentCost(parent_s=statistics.mean(later) if later else 0.0,
+                       queue_to_running_s=statistics.mean(c.queue_to_running_s for c in costs),
+                       running_to_loop_s=statistics.mean(c.running_to_loop_s for c in costs))
+
+
+def report(plain: list[tuple[float, float]], modes: dict[str, tuple[list[YoloqRun], list[YoloqRun]]],
            epochs: int) -> None:
     plain_wall = statistics.median(p[0] for p in plain)
     plain_train = statistics.median(p[1] for p in plain)
-    y1, y3 = median_run(one), median_run(many)
     print(f"\nmedians of {len(plain)} run(s); seconds")
-    print(f"{'':24}{'wall':>8}{'excl. eval+export':>19}{'segments':>10}{'sum segment runs':>18}")
-    print(f"{'plain ultralytics':24}{plain_wall:8.1f}{'':>19}{'':>10}{'':>18}"
+    print(f"{'':30}{'wall':>8}{'excl. eval+export':>19}{'segments':>10}{'sum segment runs':>18}")
+    print(f"{'plain ultralytics':30}{plain_wall:8.1f}{'':>19}{'':>10}{'':>18}"
           f"   (train() call alone {plain_train:.1f})")
-    for label, run in (("yoloq, 1 segment", y1), (f"yoloq, {y3.segments} segments", y3)):
-        print(f"{label:24}{run.wall_s:8.1f}{run.wall_without_finish_s:19.1f}{run.segments:10d}"
-              f"{run.segment_run_s:18.1f}   (evaluate {run.evaluate_s:.1f}, "
-              f"export {run.export_s:.1f})")
-    extra_segments = max(1, y3.segments - y1.segments)
-    per_segment = (y3.wall_s - y1.wall_s) / extra_segments
-    per_segment_runs = (y3.segment_run_s - y1.segment_run_s) / extra_segments
-    print(f"per-segment overhead: {per_segment:.1f} s wall (submit->Completed), "
-          f"{per_segment_runs:.1f} s in segment runs  [(yoloq{y3.segments} - yoloq1) / "
-          f"{extra_segments}]")
+    for mode, (one, many) in modes.items():
+        y1, y3 = median_run(one), median_run(many)
+        for label, run in ((f"yoloq {mode}, 1 segment", y1),
+                           (f"yoloq {mode}, {y3.segments} segments", y3)):
+            print(f"{label:30}{run.wall_s:8.1f}{run.wall_without_finish_s:19.1f}{run.segments:10d}"
+                  f"{run.segment_run_s:18.1f}   (evaluate {run.evaluate_s:.1f}, "
+                  f"export {run.export_s:.1f})")
+    print("\nfixed cost per segment, mean over every segment of the yoloq runs (seconds):")
+    print(f"{'start':8}{'queue->Running':>16}{'Running->loop':>15}{'queue->loop':>13}"
+          f"{'parent reaction':>17}{'per extra segment':>19}")
+    for mode, (one, many) in modes.items():
+        y1, y3 = median_run(one), median_run(many)
+        cost = mean_cost(one + many)
+        extra = (y3.wall_s - y1.wall_s) / max(1, y3.segments - y1.segments)
+        print(f"{mode:8}{cost.queue_to_running_s:16.1f}{cost.running_to_loop_s:15.1f}"
+              f"{cost.fixed_s:13.1f}{cost.parent_s:17.1f}{extra:19.1f}")
+    print("queue->Running: the scheduler's and worker's polls, the process start (fork or "
+          "interpreter + imports), Prefect's engine loading the run and flow; Running->loop: "
+          "checkpoint restore, trainer setup; parent reaction: previous segment's end -> next "
+          "segment run created; per extra segment: (yoloq N - yoloq 1 wall) / (N - 1)")
     print("plain = fresh process start->exit (import, train, ultralytics' final val); "
           "yoloq = submit->parent Completed (parent start, analyse, queueing, segment "
           "processes, checkpoints to the store, MLflow, final val, evaluate; export off)")
-    print(f"ratio yoloq/plain: 1 segment {y1.wall_s / plain_wall:.2f}x, {y3.segments} segments "
-          f"{y3.wall_s / plain_wall:.2f}x (excl. eval+export: "
-          f"{y1.wall_without_finish_s / plain_wall:.2f}x, {y3.wall_without_finish_s / plain_wall:.2f}x)"
-          f"  [{epochs} epochs]")
+    for mode, (one, many) in modes.items():
+        y1, y3 = median_run(one), median_run(many)
+        print(f"ratio yoloq/plain ({mode}): 1 segment {y1.wall_s / plain_wall:.2f}x, {y3.segments} "
+              f"segments {y3.wall_s / plain_wall:.2f}x (excl. eval+export: "
+              f"{y1.wall_without_finish_s / plain_wall:.2f}x, "
+              f"{y3.wall_without_finish_s / plain_wall:.2f}x)  [{epochs} epochs]")
 
 
 def main() -> None:
@@ -202,6 +271,8 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=32, help="training images")
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--modes", default="warm,cold",
+                        help="segment start modes to compare on one stack: warm, cold or both")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the untimed 1-epoch job that creates MLflow's database etc.")
     parser.add_argument("--keep", action="store_true", help="keep the state folder")
@@ -214,24 +285,39 @@ def main() -> None:
                          imgsz=args.imgsz, seed=0)
     spec_one = write_spec(root / "one.yaml", data, "bench-one", args.epochs, args.imgsz, args.epochs)
     spec_many = write_spec(root / "many.yaml", data, "bench-many", args.epochs, args.imgsz, 1)
-    plain, one, many = [], [], []
+    modes = parse_modes(args.modes)
+    plain: list[tuple[float, float]] = []
+    results: dict[str, tuple[list[YoloqRun], list[YoloqRun]]] = {m: ([], []) for m in modes}
+    warmup = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
     try:
-        from yoloq.stack import private_stack
+        from yoloq.stack import private_stack, restart_worker
 
         with private_stack(root / "home"):
-            if not args.no_warmup:
-                warm = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
-                print(f"warm-up job (untimed): {run_yoloq(warm).wall_s:.1f} s", flush=True)
             for n in range(args.repeat):
                 plain.append(run_plain(data, args.epochs, args.imgsz, root / "plain"))
-                one.append(run_yoloq(spec_one))
-                many.append(run_yoloq(spec_many))
-                print(f"run {n + 1}: plain {plain[-1][0]:.1f} s, yoloq-1 {one[-1].wall_s:.1f} s, "
-                      f"yoloq-{many[-1].segments} {many[-1].wall_s:.1f} s", flush=True)
+                print(f"run {n + 1}: plain {plain[-1][0]:.1f} s", flush=True)
+                for mode in modes:
+                    restart_worker({"YOLOQ_WARM_START": "1" if mode == "warm" else "0"})
+                    if not args.no_warmup:  # also waits for the new worker's launcher
+                        print(f"  {mode} warm-up job (untimed): {run_yoloq(warmup).wall_s:.1f} s",
+                              flush=True)
+                    one, many = results[mode]
+                    one.append(run_yoloq(spec_one))
+                    many.append(run_yoloq(spec_many))
+                    print(f"  {mode}: yoloq-1 {one[-1].wall_s:.1f} s, yoloq-{many[-1].segments} "
+                          f"{many[-1].wall_s:.1f} s", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    report(plain, one, many, args.epochs)
+    report(plain, results, args.epochs)
+
+
+def parse_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    if not modes or any(m not in ("warm", "cold") for m in modes):
+        print(f"--modes: expected warm, cold or warm,cold, got {text!r}", file=sys.stderr)
+        sys.exit(2)
+    return modes
 
 
 if __name__ == "__main__":
