@@ -135,3 +135,22 @@ def test_grace_uses_the_measured_epoch_time_on_this_gpu():
     # before its first epoch: the V100 estimate scaled to a slow slot (speed 0.01) -> 3000 s
     assert epoch_time_here(1000.0, _view(2, {}), 0.01) == pytest.approx(3000.0)
     assert epoch_time_here(None, _view(0, {}), 2.0) == pytest.approx(15.0)
+
+
+def test_running_segments_carry_their_uninterrupted_hold_and_measured_epoch_time():
+    """A job whose next segment started 20 s after the last one ended held its GPU throughout
+    (min runtime counts from the first); its epoch time is measured, at speed 1.0."""
+    from work_pools.scheduling import build_snapshot
+
+    policy = Policy(long_job_window_s=4 * 3600)
+    history = ledger_state([iv("r1", "job", "team", NOW - 1000, NOW - 420),
+                            iv("r2", "job", "team", NOW - 400, None)], NOW, policy)
+    view = _view(2, {"yoloq.epoch": "4", "yoloq.checkpoint_at": str(NOW - 100)})
+    gpu = GpuInfo(index=0, uuid="u", name="NVIDIA A100-SXM4-80GB", mem_total_gb=80,
+                  mem_free_gb=80, kind="nvml")
+    snap = build_snapshot([gpu], [view], [], {view.flow_run_id: (0,)}, {view.flow_run_id: NOW - 400},
+                          set(), {}, ledger=history, now=NOW, policy=policy)
+    seg = snap.running[0]
+    assert seg.held_since == NOW - 1000
+    speed = snap.gpus[0].speed
+    assert seg.measured_epoch_s == pytest.approx((300 / 2) * speed)

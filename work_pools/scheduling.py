@@ -8,7 +8,7 @@ when it last ran (aging counts continuous waiting only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from uuid import UUID
 
 from work_pools import ledger as usage_ledger
@@ -18,6 +18,7 @@ from work_pools.segments import SegmentView
 from yoloq import gpus as gpu_catalog
 
 DEFAULT_MIN_GRACE_S = 60.0
+HOLD_GAP_S = 60.0  # a job off its GPU for less than this between segments held it throughout
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,12 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
             used[index] = used.get(index, 0.0) + view.est_mem_gb
     node_of = nodes or {}
     gpus = tuple(_gpu(g, used.get(g.index, 0.0), node_of.get(g.index, LOCAL_NODE)) for g in inventory)
+    speed_of = {g.index: g.speed for g in gpus}
     history = _History(ledger, now, policy or Policy())
-    run_segments = tuple(_segment(v, reserved.get(v.flow_run_id, ()),
-                                  started_at.get(v.flow_run_id, v.queued_at),
-                                  v.flow_run_id in asked, history, node_of) for v in running)
+    run_segments = tuple(_running_segment(v, reserved.get(v.flow_run_id, ()),
+                                          started_at.get(v.flow_run_id, v.queued_at),
+                                          v.flow_run_id in asked, history, node_of, speed_of)
+                         for v in running)
     wait_segments = tuple(_segment(v, (), None, False, history, node_of) for v in pending)
     if ledger is None:
         return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
@@ -150,6 +153,16 @@ class _History:
 
     def last_held_at(self, job_id: str) -> float | None:
         return usage_ledger.last_held_at(self.ledger, job_id) if self.ledger else None
+
+    def held_since(self, job_id: str, started: float) -> float:
+        """Start of the job's uninterrupted hold: back across segment boundaries that left
+        the GPU for less than HOLD_GAP_S (a time slice, not a real wait)."""
+        usage = self.ledger.jobs.get(job_id) if self.ledger else None
+        since = started
+        for start, end in reversed(usage.held if usage else ()):
+            if start < since and end >= since - HOLD_GAP_S:
+                since = start
+        return since
 
 
 def _gpu(info: GpuInfo, used_gb: float, node: str = LOCAL_NODE) -> Gpu:
@@ -184,6 +197,19 @@ def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | N
         attained_gpu_s=history.attained_gpu_s(view.job_id),
         held_window_s=history.held_window_s(view.job_id), node=node, batch=view.batch,
         fixed_mem_gb=view.fixed_mem_gb, mem_per_image_gb=0.0 if resumed else view.mem_per_image_gb)
+
+
+def _running_segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float,
+                     stopping: bool, history: _History, node_of: dict[int, str],
+                     speed_of: dict[int, float]) -> Segment:
+    """A running segment, with how long its job has held a GPU without a real break and its
+    measured epoch time scaled to speed 1.0 (what SRPT orders by once an epoch ended)."""
+    seg = _segment(view, gpu_indices, started, stopping, history, node_of)
+    speed = min((speed_of.get(i, 1.0) for i in gpu_indices), default=1.0)
+    done = view.progress_epoch - view.epochs_done
+    measured = epoch_time_here(started, view, speed) * speed if done > 0 else None
+    return replace(seg, held_since=history.held_since(view.job_id, started),
+                   measured_epoch_s=measured)
 
 
 def submitted_at(view: SegmentView) -> float:
