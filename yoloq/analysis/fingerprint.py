@@ -22,7 +22,7 @@ import pickle
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from yoloq.analysis.models import (
     VERSIONS,
@@ -61,7 +61,7 @@ class Stub:
     _module = "?"
     _qualname = "?"
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "Stub":
+    def __new__(cls, *args: Any, **kwargs: Any) -> Stub:
         return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -90,7 +90,7 @@ class StoragePlaceholder:
 
 
 class _HeaderUnpickler(pickle.Unpickler):
-    _stubs: dict[tuple[str, str], type] = {}
+    _stubs: ClassVar[dict[tuple[str, str], type]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _SAFE_GLOBALS:
@@ -165,7 +165,7 @@ def _load_header(path: str | Path, field: str) -> Any:
             return _HeaderUnpickler(archive.open(member)).load()
     except ModelError:
         raise
-    except Exception as exc:  # corrupt zip or pickle: one line, no traceback
+    except Exception as exc:  # noqa: BLE001  (corrupt zip or pickle: one line, no traceback)
         raise ModelError(field, f"{path.name} could not be read ({type(exc).__name__}: {exc})",
                          "give an intact .pt written by ultralytics or yolov5") from None
 
@@ -228,7 +228,8 @@ def _yolov5_fingerprint(path: str | Path, header: dict[str, Any], model: Stub) -
     imgsz = opt.get("imgsz")
     return Fingerprint(
         path=str(Path(path).resolve()), family=YOLOV5, version=VERSIONS[YOLOV5], scale=yolov5_scale(cfg),
-        task=_V5_CLASS_TASKS.get(type(model).__name__) or yolov5_task(cfg), nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
+        task=_V5_CLASS_TASKS.get(type(model).__name__) or yolov5_task(cfg),
+        nc=int(getattr(model, "nc", None) or cfg.get("nc") or len(names)), names=names,
         model_yaml=Path(model_yaml).name, resumable=resumable, epoch=epoch,
         epochs_done=_epochs_done(header, epoch, resumable), epochs_planned=int(opt.get("epochs") or 0),
         imgsz=_int_or_none(imgsz[0] if isinstance(imgsz, (list, tuple)) and imgsz else imgsz),

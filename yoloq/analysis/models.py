@@ -106,7 +106,7 @@ def shipped_model_yamls() -> dict[str, Path]:
     found = importlib.util.find_spec("ultralytics")
     if found is None or not found.submodule_search_locations:
         return {}
-    root = Path(list(found.submodule_search_locations)[0]) / "cfg" / "models"
+    root = Path(next(iter(found.submodule_search_locations))) / "cfg" / "models"
     return {p.stem: p for p in sorted(root.rglob("*.yaml"))}
 
 

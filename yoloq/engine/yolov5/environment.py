@@ -75,10 +75,9 @@ def local_file(file: Any, *args: Any, **kwargs: Any) -> str:
 @contextlib.contextmanager
 def patched(captured: Captured, amp: bool) -> Iterator[Any]:
     """Import `yolov5.train` and patch it for one offline, observable `train()` call."""
-    import yolov5.models.experimental as experimental
-    import yolov5.train as train
-    import yolov5.utils.general as general
-    import yolov5.utils.metrics as metrics
+    from yolov5 import train
+    from yolov5.models import experimental
+    from yolov5.utils import general, metrics
     from yolov5.utils.loggers import Loggers
 
     replacements = {
@@ -114,7 +113,7 @@ def compute_ap(recall: Any, precision: Any) -> tuple[Any, Any, Any]:
     mpre = np.concatenate(([1.0], precision, [0.0]))
     mpre = np.flip(np.maximum.accumulate(np.flip(mpre)))
     x = np.linspace(0, 1, 101)
-    integrate = getattr(np, "trapezoid", None) or getattr(np, "trapz")
+    integrate = getattr(np, "trapezoid", None) or np.trapz
     return integrate(np.interp(x, mrec, mpre), x), mpre, mrec
 
 

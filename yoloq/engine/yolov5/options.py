@@ -33,7 +33,7 @@ def default_hyp() -> dict[str, Any]:
     if found is None or not found.submodule_search_locations:
         raise UserError("model", "an original YOLOv5 model needs the yolov5 package",
                         "pip install 'yoloq[yolov5]'")
-    path = Path(list(found.submodule_search_locations)[0]) / "data" / "hyps" / HYP_FILE
+    path = Path(next(iter(found.submodule_search_locations))) / "data" / "hyps" / HYP_FILE
     return yaml.safe_load(path.read_text())
 
 
