@@ -1,5 +1,8 @@
 """Segment processes: start in their own session, kill the whole group, remember PIDs.
 
+Warm segments (`work_pools.launcher`) are forked by the node's launcher, not by the agent:
+the same functions apply to them by PID (they lead their own session too).
+
 PID files under `<state>/pids/segments/<node>/` let a restarted node agent (or
 `yoloq down`) find segments a crashed agent of the same node left behind; agents of
 other nodes sharing the state folder (several agents on one test host) never touch them.
@@ -68,7 +71,17 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Exited but not yet reaped: a warm segment is the launcher's child, not ours, and an
+    orphan waits for init; either way nothing of it runs any more."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
 
 def record_pid(flow_run_id: UUID, pid: int, node: str) -> None:
