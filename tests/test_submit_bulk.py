@@ -195,8 +195,8 @@ def test_a_bad_grid_point_fails_alone(folder):
 # --- the command, without a stack -----------------------------------------------------------------
 
 def test_dry_run_prints_the_expanded_jobs(folder, capsys):
-    code = cli.main(["--home", str(folder / "no-state"), "submit", str(folder / "sweep.yaml"),
-                     str(folder / "base.yaml"), "epochs=2", "--dry-run", "--json"])
+    code = cli.main(["--home", str(folder / "no-state"), "submit", str(folder / "sweep.yaml"), "--dry-run",
+                     str(folder / "base.yaml"), "--json", "epochs=2"])  # options and items in any order
     out, err = capsys.readouterr()
     assert code == 0, err
     jobs = [json.loads(line) for line in out.splitlines()]

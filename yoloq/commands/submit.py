@@ -25,7 +25,24 @@ from yoloq.errors import UserError
 _NAMED_IN_ERROR = 5  # bad jobs named, after the first, in the one error line
 
 
+class _Intermixed:
+    """Options and positionals in any order (`yoloq submit sweep.yaml --dry-run lr0=0.1`): argparse's
+    intermixed parsing for this command's parser, which has no subcommands of its own."""
+
+    _inner = False
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._inner:  # argparse's own passes inside parse_known_intermixed_args
+            return super().parse_known_args(args, namespace)
+        self._inner = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inner = False
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.__class__ = type("SubmitParser", (_Intermixed, type(parser)), {})
     parser.add_argument("items", nargs="+", metavar="SPEC|key=value",
                         help="job specs and sweep files (a sweep has a `grid` key), and key=value overrides "
                              "for all of them (`epochs=5`, `lr0=0.01` goes under train_args)")
