@@ -314,3 +314,19 @@ def test_refusal_through_the_installed_command(checkpoints, dataset, tmp_path):
                           text=True, timeout=120, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "rtdetr model, not trained here" in done.stderr
+
+
+@pytest.mark.parametrize("epochs, batch, exact, first_risky", [
+    pytest.param(3, 8, True, None, id="inside-warmup-accumulate-1"),
+    pytest.param(60, 8, False, 8, id="accumulate-2-from-epoch-8"),
+    pytest.param(60, 64, True, None, id="nominal-batch-always-exact"),
+])
+def test_analyse_applies_yolov5s_exactness_rule(epochs, batch, exact, first_risky, dataset):
+    """4 images: one batch per epoch, so yolov5's warmup (100 batches) ramps accumulate over epochs."""
+    result = analyse(parse_spec({"name": "v5", "team": "vision", "model": _v5("yolov5n.yaml"),
+                                 "data": str(dataset), "epochs": epochs, "imgsz": 64, "batch": batch}))
+    assert result.exact_resume is exact
+    if first_risky is not None:
+        assert f"from epoch {first_risky} and does not save when it last stepped" in result.exact_resume_reason
+        assert any(w.startswith("exact_resume: yolov5 accumulates") for w in result.warnings)
+    assert not any("ultralytics steps the optimizer" in w for w in result.warnings)

@@ -16,6 +16,7 @@ from yoloq.analysis.models import (
     check_supported,
     model_size,
     resolve_model_name,
+    yolov5_exactness,
 )
 from yoloq.errors import ModelError, SpecError
 from yoloq.segments import segment_epochs_for
@@ -97,7 +98,8 @@ def analyse(spec: JobSpec, gpu: str | None = None) -> Analysis:
     reference = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, gpus.REFERENCE)
     if not memory.fits:
         warnings.append(_memory_warning(spec, model, memory, target, amp))
-    exact = classify.exactness(spec.train_args, spec.batch, train, spec.epochs)
+    rule = yolov5_exactness if model.engine == "yolov5" else classify.exactness  # per engine
+    exact = rule(spec.train_args, spec.batch, train, spec.epochs)
     if exact.reason:
         warnings.append(f"exact_resume: {exact.reason}")
     if exact.accumulation_warning:

@@ -298,6 +298,42 @@ def check_supported(field: str, name: str, family: str, task: str, head: str) ->
                          "use a plain detect model such as yolov8n.yaml")
 
 
+YOLOV5_NBS = 64  # yolov5's nominal batch size (hard-coded in its train.py)
+YOLOV5_MIN_WARMUP_ITERATIONS = 100  # train.py: nw = max(round(warmup_epochs * nb), 100)
+YOLOV5_WARMUP_EPOCHS = 3.0  # hyp.scratch-low.yaml
+
+
+def yolov5_accumulate_at(epoch: int, batch: int, batches_per_epoch: int, warmup_epochs: float) -> int:
+    """yolov5's `accumulate` at the first batch of 0-based `epoch` (train.py's warmup ramp)."""
+    ni = epoch * batches_per_epoch
+    nw = max(round(warmup_epochs * batches_per_epoch), YOLOV5_MIN_WARMUP_ITERATIONS)
+    if ni <= nw:
+        ramp = 1 + (YOLOV5_NBS / batch - 1) * ni / nw  # np.interp(ni, [0, nw], [1, nbs / batch])
+        return int(max(1, round(ramp)))  # round half to even, as numpy's .round()
+    return max(round(YOLOV5_NBS / batch), 1)
+
+
+def yolov5_exactness(train_args: dict[str, Any], batch: int, train_images: int, epochs: int) -> Any:
+    """classify.Exactness for the yolov5 engine: a boundary is exact where `accumulate` is 1.
+
+    yolov5 keeps the batch index of its last optimizer step in a local that no checkpoint
+    holds, so a resumed loop steps after its first batch; an uninterrupted one may wait.
+    """
+    from yoloq.analysis.classify import Exactness
+
+    batches = max(1, -(-train_images // batch))
+    warmup = float(train_args.get("warmup_epochs", YOLOV5_WARMUP_EPOCHS))
+    risky = tuple(e for e in range(1, epochs) if yolov5_accumulate_at(e, batch, batches, warmup) > 1)
+    accumulate = max(round(YOLOV5_NBS / batch), 1)
+    reason = None
+    if risky:
+        reason = (f"yolov5 accumulates {yolov5_accumulate_at(risky[0], batch, batches, warmup)} or more "
+                  f"batches per optimizer step from epoch {risky[0]} and does not save when it last "
+                  f"stepped, so a resume at those boundaries may differ (fix: batch >= 43 keeps every "
+                  f"boundary exact)")
+    return Exactness(not risky, reason, accumulate, batches, risky, None)
+
+
 def model_size(family: str, scale: str) -> tuple[float, float]:
     """(params in millions, GFLOPs at 640) for a family and scale; the nearest scale if unlisted."""
     sizes = MODEL_SIZES[family]

@@ -8,24 +8,15 @@ batches have passed since its last step. Pending gradients are not the problem
 boundary is always exact when `accumulate` is 1 there: after warmup that is
 round(64 / batch) == 1 (batch >= 43); during warmup yolov5 ramps it up from 1.
 With `accumulate` > 1 a boundary is exact only if the uninterrupted run happened to
-step at that first batch too; the engine warns, and the README says so.
+step at that first batch too; the engine warns, and `yoloq analyse` says so. The rule
+itself lives with admission (`yoloq.analysis.models`), which must not import torch.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from yoloq.analysis.models import yolov5_accumulate_at as accumulate_at
 
-NBS = 64  # yolov5's nominal batch size (hard-coded in train.py)
-MIN_WARMUP_ITERATIONS = 100  # train.py: nw = max(round(warmup_epochs * nb), 100)
-
-
-def accumulate_at(epoch: int, batch: int, batches_per_epoch: int, warmup_epochs: float) -> int:
-    """yolov5's `accumulate` at the first batch of 0-based `epoch`."""
-    ni = epoch * batches_per_epoch
-    nw = max(round(warmup_epochs * batches_per_epoch), MIN_WARMUP_ITERATIONS)
-    if ni <= nw:
-        return int(max(1, np.interp(ni, [0, nw], [1, NBS / batch]).round()))
-    return max(round(NBS / batch), 1)
+__all__ = ["accumulate_at", "boundary_problem"]
 
 
 def boundary_problem(epoch: int, batch: int, batches_per_epoch: int, warmup_epochs: float) -> str | None:
