@@ -126,8 +126,10 @@ def test_prefect_engine_entry_point_runs_in_the_child(launcher):
 
 
 @pytest.mark.parametrize("change, expected", [
-    pytest.param({"PREFECT__FLOW_RUN_ID": "r", "CUDA_VISIBLE_DEVICES": "1", "YOLOQ_NODE_NAME": "n",
-                  "YOLOQ_REDUCED_BATCH": "4"}, None, id="per-segment-keys"),
+    pytest.param({"PREFECT__FLOW_RUN_ID": "r", "PREFECT__WORKER_NAME": "w",
+                  "CUDA_VISIBLE_DEVICES": "1", "YOLOQ_NODE_NAME": "n", "YOLOQ_REDUCED_BATCH": "4"},
+                 None, id="per-segment-keys"),
+    pytest.param({"PREFECT_LOGGING_LEVEL": "DEBUG"}, "PREFECT_LOGGING_LEVEL", id="prefect-setting"),
     pytest.param({"YOLO_CONFIG_DIR": "/elsewhere"}, "YOLO_CONFIG_DIR", id="import-time-key"),
     pytest.param({"PREFECT_API_URL": None}, "PREFECT_API_URL", id="missing-key"),
 ])

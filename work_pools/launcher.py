@@ -61,8 +61,14 @@ PRELOAD = ("torch", "numpy", "prefect", "prefect.engine", "prefect.flow_engine",
            "yoloq.jobs", "yoloq.evaluate", "yoloq.export")
 # Set by the agent per segment and read only at run time: they may differ from the
 # environment the launcher imported under. Any other difference starts the segment cold.
-SEGMENT_KEYS = frozenset({"PREFECT__FLOW_RUN_ID", "CUDA_VISIBLE_DEVICES", "YOLOQ_NODE_NAME",
-                          "YOLOQ_REDUCED_BATCH"})
+# `PREFECT__*` (two underscores) are Prefect's per-run values (run, flow, deployment and
+# worker ids and names), not settings.
+SEGMENT_KEYS = frozenset({"CUDA_VISIBLE_DEVICES", "YOLOQ_NODE_NAME", "YOLOQ_REDUCED_BATCH"})
+SEGMENT_PREFIX = "PREFECT__"
+
+
+def per_segment(key: str) -> bool:
+    return key in SEGMENT_KEYS or key.startswith(SEGMENT_PREFIX)
 MARKER_ENV = "YOLOQ_WARM_LAUNCHER"  # set in every warm segment: the launcher's PID
 
 
@@ -291,8 +297,8 @@ def _refresh_prefect() -> None:
 def env_changes(before: dict[str, str], after: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """What the imports did to os.environ (ultralytics sets a few variables): a cold
     segment's imports would do the same to its environment, so children get it too."""
-    added = {k: v for k, v in after.items() if before.get(k) != v and k not in SEGMENT_KEYS}
-    removed = [k for k in before if k not in after and k not in SEGMENT_KEYS]
+    added = {k: v for k, v in after.items() if before.get(k) != v and not per_segment(k)}
+    removed = [k for k in before if k not in after and not per_segment(k)]
     return added, removed
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 
 from work_pools import processes
-from work_pools.launcher import MARKER_ENV, SEGMENT_KEYS
+from work_pools.launcher import MARKER_ENV, per_segment
 from yoloq.errors import UserError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -216,7 +216,7 @@ class SegmentStarter:
             self._logger.info("segments start cold (%s=0)", WARM_ENV)
 
     def _launch(self) -> None:
-        self._client = LauncherClient(dict(os.environ), self._cwd)
+        self._client = LauncherClient(segment_base_env(), self._cwd)
         self._launched_at = time.monotonic()
         self._logger.info("warm launcher started (pid %d); segments fork from it", self._client.pid)
 
@@ -259,14 +259,22 @@ class SegmentStarter:
             self._client = None
 
 
+def segment_base_env() -> dict[str, str]:
+    """The environment every segment of this agent gets before its per-run values: the
+    agent's own plus what Prefect's worker adds to every run (its current settings as
+    variables, `BaseJobConfiguration._base_environment`). The launcher imports under it."""
+    from prefect.settings import get_current_settings
+
+    return {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True)}
+
+
 def cold_reason(launcher_env: dict[str, str], launcher_cwd: Path, env: dict[str, str],
                 cwd: Path) -> str | None:
     """Why a segment with this environment and folder cannot fork from this launcher."""
     if Path(cwd).resolve() != Path(launcher_cwd).resolve():
         return f"its folder {cwd} is not the launcher's ({launcher_cwd})"
-    ignored = SEGMENT_KEYS | {MARKER_ENV}
     differ = sorted(k for k in set(env) | set(launcher_env)
-                    if k not in ignored and env.get(k) != launcher_env.get(k))
+                    if not per_segment(k) and k != MARKER_ENV and env.get(k) != launcher_env.get(k))
     if differ:
         return ("its environment differs from the launcher's (read at import time) in "
                 + ", ".join(differ[:8]) + (" ..." if len(differ) > 8 else ""))
