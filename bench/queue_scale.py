@@ -78,13 +78,13 @@ def measure_settled(stack, jobs: int, crashed: int) -> Sample:
 
 
 def _role(proc, roles: dict[int | None, str]) -> str:
+    """The PID file's name, else `<name> child` for a process its service started."""
     if proc.pid in roles:
         return roles[proc.pid]
-    try:
-        group = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        return "other"
-    return f"{roles.get(group, 'other')} child"
+    for parent in proc.parents():
+        if parent.pid in roles:
+            return f"{roles[parent.pid]} child"
+    return "other"
 
 
 def counts(client) -> tuple[int, int, int]:

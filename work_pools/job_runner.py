@@ -29,6 +29,38 @@ from prefect.exceptions import Abort, Pause
 from prefect.workers.process import ProcessWorker, ProcessWorkerResult
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+STARTING_ENV = "YOLOQ_RUNNER_STARTING"
+
+
+def starting_limit() -> int:
+    """Parents starting at once (`YOLOQ_RUNNER_STARTING`, default 4); waiting ones are not counted."""
+    return max(1, int(os.environ.get(STARTING_ENV) or 4))
+
+
+class StartGate:
+    """At most `limit` parents between their submission and their first wait for a segment.
+
+    A burst of submissions (500 jobs at once) would otherwise have every parent analyse, open
+    its MLflow run and create its segment together: the server's SQLite then answers 503 and
+    Prefect's worker marks runs Crashed, and the CPU is shared 500 ways. A parent leaves the
+    gate when it first waits (the segment watch calls `leave`) or when its run ends; waiting
+    parents hold nothing, so the number of jobs that may wait is not bounded."""
+
+    def __init__(self, limit: int) -> None:
+        self._slots = threading.BoundedSemaphore(limit)
+        self._local = threading.local()
+
+    def enter(self) -> None:
+        self._slots.acquire()
+        self._local.held = True
+
+    def leave(self) -> None:
+        if getattr(self._local, "held", False):
+            self._local.held = False
+            self._slots.release()
+
+
+gate = StartGate(starting_limit())
 
 
 def infrastructure_id() -> str:
@@ -48,6 +80,14 @@ with warnings.catch_warnings():  # it takes over the `process` type in this proc
                 task_status.started(infrastructure_id())
             code = await _in_thread(lambda: execute(flow_run.id), f"flow-run {flow_run.name}")
             return ProcessWorkerResult(status_code=code, identifier=infrastructure_id())
+
+        async def _submit_run(self, flow_run: Any) -> None:
+            """Prefect's submission step (Pending proposal, labels, events), a few runs at a
+            time: the server is spared a burst of writes when hundreds of jobs arrive at once."""
+            if getattr(self, "_submit_slots", None) is None:
+                self._submit_slots = asyncio.Semaphore(starting_limit())
+            async with self._submit_slots:
+                await super()._submit_run(flow_run)
 
         async def kill_infrastructure(self, infrastructure_pid: str, configuration: Any,
                                       grace_seconds: int = 30) -> None:
@@ -94,6 +134,7 @@ def execute(flow_run_id: Any) -> int:
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(flow_run_id)
     logger = flow_run_logger(flow_run=flow_run)
+    gate.enter()
     try:
         flow = load_flow(flow_run)
         run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
@@ -102,6 +143,8 @@ def execute(flow_run_id: Any) -> int:
     except Exception:
         logger.exception("flow run %s ended with an error outside the flow engine", flow_run.name)
         return 1
+    finally:
+        gate.leave()
     return 0
 
 

@@ -14,7 +14,7 @@ from yoloq import offline
 
 offline.apply()
 
-from work_pools.job_runner import InProcessJobWorker  # noqa: E402
+from work_pools.job_runner import InProcessJobWorker, gate  # noqa: E402
 from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
 from yoloq.settings import JOBS_POOL  # noqa: E402
 
@@ -24,7 +24,7 @@ async def serve() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    install(SegmentWatch())
+    install(SegmentWatch(on_wait=gate.leave))
     try:
         await InProcessJobWorker(work_pool_name=JOBS_POOL, name="yoloq-job-runner").start()
     except asyncio.CancelledError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -42,8 +43,9 @@ class _Waiter:
 class SegmentWatch:
     """Waiters register a flow-run id and block; one thread reads the final ones and wakes them."""
 
-    def __init__(self, period_s: float = PERIOD_S, batch: int = BATCH) -> None:
-        self.period_s, self.batch = period_s, batch
+    def __init__(self, period_s: float = PERIOD_S, batch: int = BATCH,
+                 on_wait: Callable[[], None] | None = None) -> None:
+        self.period_s, self.batch, self.on_wait = period_s, batch, on_wait
         self._waiters: dict[UUID, list[_Waiter]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -60,7 +62,10 @@ class SegmentWatch:
             return len(self._waiters)
 
     def wait_final(self, flow_run_id: Any) -> Any:
-        """Block until the run is in a final state; return it as read from the API."""
+        """Block until the run is in a final state; return it as read from the API.
+        `on_wait` runs first (the job runner lets the next parent start)."""
+        if self.on_wait is not None:
+            self.on_wait()
         waiter = _Waiter()
         key = UUID(str(flow_run_id))
         with self._lock:
