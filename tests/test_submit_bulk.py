@@ -234,13 +234,13 @@ def test_keep_going_dry_run_lists_the_good_and_names_the_bad(folder, capsys):
 # --- on the session stack -------------------------------------------------------------------------
 
 def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any:
-    deadline = time.monotonic() + timeout_s
+    deadline, value = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
 
 
 @contextmanager
@@ -285,6 +285,11 @@ def job_states(job_id: str) -> tuple[str, list[str]]:
     return job.flow_run.state.name, [s.state.name for s in job.segments]
 
 
+def waiting(job_id: str) -> bool:
+    parent, segments = job_states(job_id)
+    return parent == "Running" and segments == ["Scheduled"]
+
+
 @pytest.mark.service
 def test_sweep_submits_four_named_jobs_in_one_call(yoloq_stack, folder, capsys, monkeypatch):
     monkeypatch.setenv("YOLOQ_HOME", str(yoloq_stack.paths.root))
@@ -311,13 +316,15 @@ def test_sweep_submits_four_named_jobs_in_one_call(yoloq_stack, folder, capsys, 
                 assert spec["priority"] == "low" and "tier:low" in runs[job_id].tags
                 seen[spec["name"]] = (spec["train_args"]["lr0"], spec["model"])
             assert seen == expected
+            # each parent runs and waits on its first segment (held Scheduled): then cancel
+            wait_for(lambda: all(waiting(job_id) for job_id in job_ids), "the four jobs waiting", 300)
         finally:
             for job_id in job_ids:
                 assert cli.main(["cancel", job_id]) == 0
     for job_id in job_ids:  # cancelled for real: no run of these jobs occupies the slot
-        _parent, segments = wait_for(lambda j=job_id: (s := job_states(j))[0] in ("Cancelled",) and s,
-                                    f"{job_id} cancelled", 240)
-        assert all(state == "Cancelled" for state in segments), (job_id, segments)
+        _parent, segments = wait_for(lambda j=job_id: (s := job_states(j))[0] == "Cancelled" and s,
+                                     f"{job_id} cancelled", 240)
+        assert segments and all(state == "Cancelled" for state in segments), (job_id, segments)
 
 
 @pytest.mark.service
