@@ -70,7 +70,8 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     guard = ParentGuard(job_id, logger)
     failures, progress, last = 0, None, None
     while True:
-        guard.check()
+        if guard.check():
+            return Cancelled(message="job cancelled")
         latest = patiently(lambda: store.latest(job_id), "reading the job's checkpoints", logger)
         done = latest.epoch if latest else 0
         finished = bool(latest and (latest.finished or latest.epoch >= job.epochs))
@@ -191,22 +192,25 @@ class ParentGuard:
         with get_client(sync_client=True) as client:
             client.update_flow_run_labels(self.run_id, {self.LABEL: self.token})
 
-    def check(self) -> None:
+    def check(self) -> bool:
+        """True when the job is being cancelled (its segment may have ended otherwise first)."""
         if not self.run_id:
-            return
+            return False
         from prefect.client.orchestration import get_client
 
-        def read() -> str | None:
+        def read() -> Any:
             with get_client(sync_client=True) as client:
-                return (client.read_flow_run(self.run_id).labels or {}).get(self.LABEL)
+                return client.read_flow_run(self.run_id)
 
-        current = patiently(read, "reading the job's parent token", self.logger)
+        run = patiently(read, "reading the job's parent token", self.logger)
+        current = (run.labels or {}).get(self.LABEL)
         if current != self.token:
             from prefect.exceptions import Abort
 
             self.logger.warning("job %s: another parent (%s) took over; this one (%s) "
                                 "stops without touching the job", self.job_id, current, self.token)
             raise Abort(f"job {self.job_id}: another parent took over")  # the engine sets no state
+        return bool(run.state and run.state.is_cancelling())
 
 
 @task(name="open-mlflow-run")
