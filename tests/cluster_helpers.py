@@ -35,6 +35,25 @@ def cluster_services() -> dict[str, str]:
     return env
 
 
+def fresh_database(url: str, name: str) -> str:
+    """A new, empty database beside the one in `url` (its URL): pools never share a schema,
+    so two test runs on one PostgreSQL cannot reset each other's server."""
+    import asyncio
+
+    import asyncpg
+
+    async def create() -> None:
+        conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
 def reset_prefect_database(url: str) -> None:
     """A clean schema, so runs left by an earlier session are not recovered into this one."""
     import asyncio
@@ -98,8 +117,9 @@ def cluster_pool(tmp: Path, first_node: str, first_declared: str) -> Iterator[Po
     from yoloq.stack import free_port
 
     services = cluster_services()
-    reset_prefect_database(services["PREFECT_API_DATABASE_CONNECTION_URL"])
     run = uuid.uuid4().hex[:8]
+    services["PREFECT_API_DATABASE_CONNECTION_URL"] = fresh_database(
+        services["PREFECT_API_DATABASE_CONNECTION_URL"], f"prefect_pool_{run}")
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("PREFECT_", "YOLOQ_CHECKPOINT", "YOLOQ_MLFLOW", "YOLOQ_NODE"))}
     base.update(services)

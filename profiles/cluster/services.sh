@@ -335,6 +335,8 @@ ensure_database() {
     if [ "$(pg_sql -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" != 1 ]; then
         pg_sql -c "CREATE ROLE \"$PG_USER\" LOGIN PASSWORD '$PG_PASSWORD'"
     fi
+    # the tests give each multi-node pool a database of its own
+    pg_sql -c "ALTER ROLE \"$PG_USER\" CREATEDB"
     if [ "$(pg_sql -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != 1 ]; then
         pg_sql -c "CREATE DATABASE \"$PG_DB\" OWNER \"$PG_USER\""
     fi
