@@ -119,39 +119,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=int, default=100, help="jobs in the sweep (a multiple of 10)")
     args = parser.parse_args(argv)
 
-    from prefect.client.orchestration import get_client
-
-    from yoloq.stack import _read_pid, api_settings, private_stack
-    from yoloq.synth import synth_dataset
+    from yoloq.errors import UserError
+    from yoloq.stack import api_settings, down, private_stack
 
     home = Path(tempfile.mkdtemp(prefix="yoloq-bench-submit-"))
-    print(f"private stack in {home}: 1 declared slot (1xCPU:8); job runner and GPU worker paused (SIGSTOP)")
-    with private_stack(home) as stack, api_settings(stack):
-        paused = [_read_pid(stack, "runner"), _read_pid(stack, "worker")]
-        wait_worker_ready()
-        time.sleep(2)
-        for pid in paused:
-            signal_group(pid, signal.SIGSTOP)
-        try:
-            synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
-            one, sweep = write_files(home, args.sweep)
-            api = time_api(one, args.api)
-            print(f"(a) API: p50 {statistics.median(api):.2f} s over {len(api)} calls", flush=True)
-            per_cli = [cli(str(one)) for _ in range(args.cli)]
-            print(f"(b) CLI per job: p50 {statistics.median(per_cli):.2f} s over {len(per_cli)} calls", flush=True)
-            with get_client(sync_client=True) as client:
-                before = count_jobs(client)
-                sweep_total = cli(str(sweep))
-                created = count_jobs(client) - before
-            if created != args.sweep:
-                raise SystemExit(f"the sweep created {created} runs, not {args.sweep}")
-            print(f"(c) CLI sweep: {sweep_total:.1f} s for {created} jobs", flush=True)
-        finally:
-            for pid in paused:
-                signal_group(pid, signal.SIGCONT)
+    print(f"private stack in {home}: 1 declared slot (1xCPU:8); job runner and GPU worker paused (SIGSTOP); "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    try:
+        with private_stack(home) as stack, api_settings(stack):
+            figures = measure(stack, home, args)
+    except UserError:  # a stack that did not start is stopped (private_stack stops only a started one)
+        down(echo=lambda *a: None)
+        raise
     print()
-    print(report(api, per_cli, sweep_total, args.sweep))
+    print(report(*figures))
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} CPUs")
     return 0
+
+
+def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], list[float], float, int]:
+    """The three figures on a started private stack (runner and worker paused meanwhile)."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.stack import _read_pid
+    from yoloq.synth import synth_dataset
+
+    paused = [_read_pid(stack, "runner"), _read_pid(stack, "worker")]
+    wait_worker_ready()
+    time.sleep(2)
+    for pid in paused:
+        signal_group(pid, signal.SIGSTOP)
+    try:
+        synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
+        one, sweep = write_files(home, args.sweep)
+        api = time_api(one, args.api)
+        print(f"(a) API: p50 {statistics.median(api):.2f} s over {len(api)} calls", flush=True)
+        per_cli = [cli(str(one)) for _ in range(args.cli)]
+        print(f"(b) CLI per job: p50 {statistics.median(per_cli):.2f} s over {len(per_cli)} calls", flush=True)
+        with get_client(sync_client=True) as client:
+            before = count_jobs(client)
+            sweep_total = cli(str(sweep))
+            created = count_jobs(client) - before
+        if created != args.sweep:
+            raise SystemExit(f"the sweep created {created} runs, not {args.sweep}")
+        print(f"(c) CLI sweep: {sweep_total:.1f} s for {created} jobs", flush=True)
+    finally:
+        for pid in paused:
+            signal_group(pid, signal.SIGCONT)
+    return api, per_cli, sweep_total, args.sweep
 
 
 if __name__ == "__main__":
