@@ -95,7 +95,7 @@ def up(port: int | None = None, echo=print) -> Stack:
     if fresh:
         _start(stack, "server", [sys.executable, "-m", "yoloq.server", "--host", "127.0.0.1",
                                  "--port", str(stack.port)], env)
-    _wait_healthy(stack, timeout_s=90)
+    _wait_healthy(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))  # a loaded host: more
     echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
     use_stack(stack)
     from yoloq.deploy import ensure_pools_and_deployments, recover_interrupted
