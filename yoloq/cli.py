@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("stack", "start the embedded stack (Prefect server, deployments, runner, GPU worker)"),
     "down": ("stack", "stop everything `yoloq up` started"),
     "analyse": ("analyse", "validate a job spec and its dataset; fingerprint, estimate, classify"),
-    "submit": ("submit", "analyse a job spec and queue it"),
+    "submit": ("submit", "analyse job specs or sweeps and queue them (key=value overrides)"),
     "status": ("status", "show one job, or all jobs"),
     "queue": ("queue", "show running and waiting jobs with positions and reasons"),
     "cancel": ("cancel", "cancel a job"),
