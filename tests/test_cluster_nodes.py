@@ -20,7 +20,8 @@ import pytest
 from cluster_helpers import cluster_pool, leader, live_nodes, pool_segments, times_started
 from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
+pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training,
+              pytest.mark.timeout(1800)]
 
 LEASE_S = 60.0  # Prefect's smallest lease
 REPOSSESSOR_S = 2.0  # the cluster profile's repossessor loop
@@ -127,7 +128,6 @@ def _done(job_id: str):
     return next((s for s in _segments(job_id) if s.state and s.state.is_completed()), None)
 
 
-@pytest.mark.timeout(1800)
 def test_a_job_too_big_for_the_v100_waits_for_the_a100_or_runs_reduced(pool, tiny_dataset,
                                                                        tmp_path):
     """yolov8n at 320 px, batch 1600: about 40 GB by the analysis' memory model (8 images, so
