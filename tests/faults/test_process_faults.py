@@ -15,7 +15,8 @@ from fault_helpers import (assert_job_recovered, kill_segment, mlflow_runs, repo
                            running_epoch, running_segment, segments, submit, wait_for)
 from stack_helpers import write_spec, yoloq
 
-pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration]
+pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration,
+              pytest.mark.timeout(1500)]  # a whole job on the stack, stack start included
 
 
 @pytest.fixture(scope="module")

@@ -242,6 +242,7 @@ def _set_block_data(document_id, data: dict[str, Any]) -> None:
 
 @pytest.mark.service
 @pytest.mark.training
+@pytest.mark.timeout(1500)  # a whole job on the stack, stack start included
 def test_unreadable_store_block_crashes_the_segment_and_the_job_resumes(yoloq_stack, tiny_dataset,
                                                                         tmp_path):
     from blocks.checkpoints import LocalCheckpointStore
