@@ -291,6 +291,7 @@ def waiting(job_id: str) -> bool:
 
 
 @pytest.mark.service
+@pytest.mark.timeout(1500)  # the session stack's start counts here; a loaded host needs minutes
 def test_sweep_submits_four_named_jobs_in_one_call(yoloq_stack, folder, capsys, monkeypatch):
     monkeypatch.setenv("YOLOQ_HOME", str(yoloq_stack.paths.root))
     path = write(folder / "svc-sweep.yaml", {"base": {**BASE, "name": "bulk4", "data": "ds/data.yaml"},
@@ -317,7 +318,7 @@ def test_sweep_submits_four_named_jobs_in_one_call(yoloq_stack, folder, capsys, 
                 seen[spec["name"]] = (spec["train_args"]["lr0"], spec["model"])
             assert seen == expected
             # each parent runs and waits on its first segment (held Scheduled): then cancel
-            wait_for(lambda: all(waiting(job_id) for job_id in job_ids), "the four jobs waiting", 300)
+            wait_for(lambda: all(waiting(job_id) for job_id in job_ids), "the four jobs waiting", 600)
         finally:
             for job_id in job_ids:
                 assert cli.main(["cancel", job_id]) == 0
