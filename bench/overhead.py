@@ -2,6 +2,7 @@
 
     python bench/overhead.py [--epochs 3] [--images 32] [--imgsz 64] [--repeat 1]
                              [--modes warm,cold]
+    python bench/overhead.py --starts 10     # segment process start alone, warm vs cold
 
 The job: yolov8n.yaml on a synthetic shapes dataset, batch 8, seed 0, workers 0,
 plots off. It runs three ways, in this order, `--repeat` times (medians are shown):
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -207,6 +209,39 @@ def _task_seconds(client: Any, flow_run_id: Any) -> dict[str, float]:
     return seconds
 
 
+# -- process start alone ---------------------------------------------------------------
+
+def process_starts(n: int) -> None:
+    """Segment process start -> imports done, cold (`python -m`) and warm (forked by a
+    launcher), alternating so both see the same load. No stack, no training."""
+    from work_pools.warm_start import PROJECT_DIR, LauncherClient
+    from yoloq import offline
+
+    offline.apply()
+    launcher = LauncherClient(dict(os.environ), PROJECT_DIR)
+    print(f"launcher ready, its imports took {launcher.wait_ready()['import_s']:.1f} s", flush=True)
+    times: dict[str, list[float]] = {"cold": [], "warm": []}
+    with tempfile.TemporaryDirectory() as folder:
+        for i in range(n):
+            out = Path(folder) / f"cold{i}"
+            started = time.time()
+            subprocess.run([sys.executable, "-m", "bench.start_probe", str(out)], cwd=PROJECT_DIR,
+                           check=True)
+            times["cold"].append(float(out.read_text()) - started)
+            out = Path(folder) / f"warm{i}"
+            started = time.time()
+            pid = launcher.spawn(dict(os.environ), PROJECT_DIR, module="bench.start_probe",
+                                 argv=[str(out)])
+            launcher.exit_future(pid).result(timeout=600)
+            times["warm"].append(float(out.read_text()) - started)
+            print(f"start {i + 1}: cold {times['cold'][-1]:.2f} s, warm {times['warm'][-1]:.2f} s",
+                  flush=True)
+    launcher.close()
+    cold, warm = statistics.median(times["cold"]), statistics.median(times["warm"])
+    print(f"segment process start -> imports done, median of {n}: cold {cold:.2f} s, warm "
+          f"{warm:.2f} s, saved {cold - warm:.2f} s per segment")
+
+
 # -- report ------------------------------------------------------------------------------
 
 def median_run(runs: list[YoloqRun]) -> YoloqRun:
@@ -271,12 +306,17 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=32, help="training images")
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--starts", type=int, default=0,
+                        help="only time N segment process starts, warm vs cold (no stack)")
     parser.add_argument("--modes", default="warm,cold",
                         help="segment start modes to compare on one stack: warm, cold or both")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the untimed 1-epoch job that creates MLflow's database etc.")
     parser.add_argument("--keep", action="store_true", help="keep the state folder")
     args = parser.parse_args()
+    if args.starts:
+        process_starts(args.starts)
+        return
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-overhead-"))
     from yoloq.synth import synth_dataset
