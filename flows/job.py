@@ -137,7 +137,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
     tries = sum(1 for r in earlier if ((r.parameters or {}).get("plan") or {}).get("epochs_done") == done)
     finalising = target == done
     name = f"{job_id}.s{len(earlier) + 1}." + (f"finalise-e{done}" if finalising else f"e{done}-{target}")
-    run = run_deployment(
+    run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
         settings.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
                     "plan": plan},
@@ -145,7 +145,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
         tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
         flow_run_name=name, idempotency_key=f"{job_id}:from-e{done}:try-{tries}",
         timeout=0,
-    )
+    ), "queuing the segment", logger)
     return _wait_final(run.id, logger)
 
 
