@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -156,9 +157,13 @@ def submit(data: Path, start: int, stop: int) -> float:
     the CLI's analysis, fit and policy checks); return the mean seconds per submit."""
     from yoloq.commands.submit import create_job_run
 
+    from flows.recovery import patiently
+
+    log = logging.getLogger("queue_scale")
     began = time.monotonic()
-    for index in range(start, stop):
-        create_job_run(make_spec(data, index), reason="bench/queue_scale.py")
+    for index in range(start, stop):  # a busy server answers 503 (the run was not created)
+        patiently(lambda i=index: create_job_run(make_spec(data, i), reason="bench/queue_scale.py"),
+                  "submitting a job", log)
     return (time.monotonic() - began) / max(1, stop - start)
 
 
@@ -199,6 +204,7 @@ def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
     with get_client(sync_client=True) as client:
         waiting, crashed = wait_waiting(client, jobs, timeout_s)
         sample = measure_settled(stack, waiting, crashed)
+        print(_row(f"N={waiting}, old runner", sample), flush=True)
         kill_marked(stack.paths.root)
         time.sleep(1)
         up(echo=lambda line: print(f"  yoloq up: {line}"))
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             data = synth_dataset(home / "shapes", train=8, val=4, imgsz=64, seed=0)
             time.sleep(3)
             samples, old, submitted, waiting, ended = [measure(stack, 0)], None, 0, 0, 0
+            print(_row("N=0", samples[0]), flush=True)
             if args.old_at:
                 old = measure_old(stack, data, args.old_at, args.timeout_s)
                 submitted, waiting, ended = args.old_at, old.jobs, old.crashed
@@ -280,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                     ended = ended_now
                 else:
                     samples.append(measure_settled(stack, waiting, 0))
-                print(f"  N={waiting}: {samples[-1].processes} processes, "
-                      f"{samples[-1].rss_mb:.0f} MB", flush=True)
+                print(_row(f"N={waiting}", samples[-1]), flush=True)
         finally:
             signal_group(worker, signal.SIGCONT)
     print()
