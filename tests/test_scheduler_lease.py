@@ -60,3 +60,48 @@ def test_a_revoked_lease_stops_its_holder_at_once(yoloq_stack):
     took_over, old_still_leads, old_lease = _run(_with_client(scenario))
     assert took_over is True
     assert old_still_leads is False and old_lease is None
+
+
+def test_the_lease_survives_a_server_restart(tmp_path):
+    """The profiles keep leases on disk: after the server is killed and started again, the
+    holder renews its lease and a standby is still refused (the in-memory store lost the lease
+    and kept the slot taken, so nobody could ever lead again)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from yoloq.paths import state_paths
+    from yoloq.stack import Stack, api_answers, free_port, stack_env
+    from stack_helpers import wait_for
+
+    stack = Stack(state_paths(tmp_path / "home"), free_port())
+    stack.paths.ensure()
+    saved = dict(os.environ)
+    try:
+        env = stack_env(stack)  # (it also applies the offline settings to this process)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+    def start() -> subprocess.Popen:
+        server = subprocess.Popen([sys.executable, "-m", "yoloq.server", "--port", str(stack.port)],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        wait_for(lambda: api_answers(stack.api_url), "the server", timeout_s=300)
+        return server
+
+    holder, standby = SchedulerLease("lease-r", "node-1"), SchedulerLease("lease-r", "node-2")
+    server = start()
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: stack.api_url}):
+            assert _run(_with_client(holder.hold)) is True
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+            server = start()
+            assert _run(_with_client(holder.hold)) is True, "the holder renews after the restart"
+            assert _run(_with_client(standby.hold)) is False
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
