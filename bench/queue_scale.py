@@ -121,10 +121,10 @@ def wait_waiting(client, submitted: int, timeout_s: float) -> tuple[int, int]:
             print(f"  {time.monotonic() - began:6.1f} s: {running} parents running, "
                   f"{scheduled} segments waiting, {ended} parents crashed", flush=True)
             last = now
+        if scheduled > submitted:
+            raise SystemExit(f"{scheduled} segments for {submitted} jobs: a parent queued twice")
         if running + ended >= submitted and scheduled >= running:
-            if scheduled > running:
-                raise SystemExit(f"{scheduled} segments for {running} jobs: a parent queued twice")
-            return running, ended
+            return running, ended  # a parent that crashed after queuing leaves its segment
         if time.monotonic() - began > timeout_s:
             raise SystemExit(f"only {now} of {submitted} jobs waiting after {timeout_s:.0f} s")
         time.sleep(2)
