@@ -89,6 +89,15 @@ with warnings.catch_warnings():  # it takes over the `process` type in this proc
             async with self._submit_slots:
                 await super()._submit_run(flow_run)
 
+        async def _give_worker_labels_to_flow_run(self, flow_run_id: Any) -> None:
+            """The worker's labels on the run are informative: a busy server refusing them
+            (503) must not mark the job Crashed, as Prefect's worker would."""
+            try:
+                await super()._give_worker_labels_to_flow_run(flow_run_id)
+            except Exception as exc:
+                self._logger.warning("flow run %s: the runner's labels were not written (%s); "
+                                     "running it anyway", flow_run_id, str(exc)[:200])
+
         async def kill_infrastructure(self, infrastructure_pid: str, configuration: Any,
                                       grace_seconds: int = 30) -> None:
             """A run cancelled before it started has no process of its own to kill (its
