@@ -64,6 +64,9 @@ def evaluation_split(data: Path) -> str:
 def evaluate(weights: Path, data: Path, imgsz: int, batch: int, device: str = "cpu",
              workdir: Path | None = None, *, workers: int = 2) -> EvalResult:
     """Run ultralytics validation of `weights` on the test split (or val)."""
+    if is_yolov5_weights(weights):  # original YOLOv5: ultralytics cannot load it; yolov5's own val does
+        from yoloq.engine.yolov5.finalise import evaluate as evaluate_yolov5
+        return evaluate_yolov5(weights, data, imgsz, batch, device, workdir, workers=workers)
     split = evaluation_split(data)
     project = Path(workdir) if workdir else Path(tempfile.mkdtemp(dir=_scratch(), prefix="eval-"))
     results = load_yolo(weights).val(
@@ -72,6 +75,13 @@ def evaluate(weights: Path, data: Path, imgsz: int, batch: int, device: str = "c
     return EvalResult(split=split, metrics=metrics_of(results), per_class=per_class_rows(results),
                       speed_ms={k: float(v) for k, v in (results.speed or {}).items()},
                       save_dir=Path(results.save_dir))
+
+
+def is_yolov5_weights(weights: Path) -> bool:
+    """True when the fingerprint of `weights` names the yolov5 engine (original YOLOv5)."""
+    from yoloq.analysis.models import YOLOV5, engine_of_model
+
+    return engine_of_model(str(weights)) == YOLOV5
 
 
 def metrics_of(results: Any) -> dict[str, float]:

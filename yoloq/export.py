@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from yoloq.errors import UserError
-from yoloq.evaluate import load_yolo, metrics_of
+from yoloq.evaluate import is_yolov5_weights, load_yolo, metrics_of
 from yoloq.spec import EXPORT_FORMATS
 
 DEFAULT_FORMATS = ("torchscript",)
@@ -48,6 +48,9 @@ def export(weights: Path, formats: list[str], dest_dir: Path, data: Path, imgsz:
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     source = _copy_into(Path(weights), dest_dir)
+    if is_yolov5_weights(source):  # original YOLOv5: exported and verified with the yolov5 package
+        from yoloq.engine.yolov5.finalise import export as export_yolov5
+        return export_yolov5(source, chosen, Path(data), imgsz, device)
     return [_export_one(source, fmt, data, imgsz, device) for fmt in chosen]
 
 
