@@ -73,7 +73,7 @@ def one_slot() -> list[GpuInfo]:
 def decide_for(worker: FakeWorker, pending: list[View], now: float = NOW):
     running = worker._running_views()
     reserved = {v.flow_run_id: (0,) for v in running}
-    started = {v.flow_run_id: now - 600 for v in running}
+    started = {v.flow_run_id: now - 60 for v in running}  # its 600 s time slice ends in 9 min
     return schedule(one_slot(), running, pending, reserved, started, now, worker._policy)
 
 
