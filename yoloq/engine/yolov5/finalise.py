@@ -13,6 +13,7 @@ Everything runs offline inside `offline_patches()` (see `environment` for why ea
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import tempfile
@@ -123,7 +124,7 @@ def export(weights: Path, formats: list[str], data: Path, imgsz: int,
 
 
 def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) -> ExportedModel:
-    with offline_patches():
+    with offline_patches(), _legacy_onnx_exporter():
         from yolov5 import export as yolov5_export
 
         files = yolov5_export.run(weights=str(weights), include=(fmt,), imgsz=(imgsz, imgsz),
@@ -137,6 +138,25 @@ def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) ->
     metrics, how = _verify_by_validation(path, fmt, data, imgsz, device)
     return ExportedModel(format=fmt, path=path, size=path.stat().st_size, verification=metrics,
                          verified_by=how, max_output_diff=difference)
+
+
+@contextlib.contextmanager
+def _legacy_onnx_exporter() -> Iterator[None]:
+    """yolov5 calls `torch.onnx.export` without `dynamo`; torch >= 2.9 then defaults to the
+    dynamo exporter, which needs onnxscript. The TorchScript-based exporter needs only onnx."""
+    import inspect
+
+    import torch.onnx
+
+    original = torch.onnx.export
+    if "dynamo" not in inspect.signature(original).parameters:
+        yield
+        return
+    torch.onnx.export = functools.partial(original, dynamo=False)
+    try:
+        yield
+    finally:
+        torch.onnx.export = original
 
 
 def _verify_by_validation(path: Path, fmt: str, data: Path, imgsz: int,
