@@ -33,7 +33,7 @@ def trained(tmp_path_factory) -> dict:
                        "epochs": 1, "imgsz": IMGSZ, "batch": BATCH, "train_args": {"seed": 3}})
     result = run_segment(SegmentRequest(spec=spec, workdir=root / "train", stop_after_epoch=1))
     assert result.finished and result.best is not None and result.best.is_file()
-    return {"root": root, "data": data, "best": result.best}
+    return {"root": root, "data": data, "best": result.best, "checkpoint": result.checkpoint}
 
 
 def test_best_weights_are_recognised_as_yolov5(trained):
@@ -95,3 +95,14 @@ def test_export_onnx_when_the_extra_is_installed(trained, tmp_path):
     exported = export(trained["best"], ["onnx"], tmp_path / "exports", trained["data"], imgsz=IMGSZ)
     assert [m.format for m in exported] == ["onnx"] and exported[0].path.suffix == ".onnx"
     assert set(exported[0].verification) == EVAL_KEYS
+
+
+def test_best_rebuilt_from_the_finished_checkpoint_evaluates(trained, tmp_path):
+    """A segment that finalises after a crash rebuilds best.pt from the checkpoint first."""
+    from yoloq.engine.checkpoint import finished_best
+    from yoloq.evaluate import evaluate, is_yolov5_weights
+
+    best = finished_best(trained["checkpoint"], tmp_path / "best.pt")
+    assert is_yolov5_weights(best)
+    result = evaluate(best, trained["data"], imgsz=IMGSZ, batch=BATCH, workdir=tmp_path / "w")
+    assert set(result.metrics) == EVAL_KEYS

@@ -23,7 +23,7 @@ from typing import Any
 
 from yoloq.engine.yolov5 import environment
 from yoloq.evaluate import EvalResult, evaluation_split
-from yoloq.export import ExportedModel, ExportVerificationError, OUTPUT_TOLERANCE
+from yoloq.export import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
 
 METRIC_KEYS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
 SPEED_KEYS = ("preprocess", "inference", "postprocess")
@@ -168,7 +168,7 @@ def _verify_by_validation(path: Path, fmt: str, data: Path, imgsz: int,
         try:
             results, _times, _dir = _validate(path, data, imgsz, 1, device, Path(project), fmt,
                                               "val", 0, dnn=dnn)
-        except Exception as error:  # noqa: BLE001 - any failure means "not verified"
+        except Exception as error:  # any failure means "not verified"
             raise ExportVerificationError(f"{path.name}: validation of the export failed: "
                                           f"{error}") from error
     return metrics_dict(results), how
@@ -225,7 +225,7 @@ def _exported_output(path: Path, image: Any, device: str) -> Any:
             module = torch.jit.load(str(path), map_location=target)
             with torch.no_grad():
                 output = module(image.to(target))
-        except Exception as error:  # noqa: BLE001 - a file that does not load or run is not verified
+        except Exception as error:  # any failure means "not verified"
             raise ExportVerificationError(f"{path.name}: torch.jit.load/run failed: {error}") from error
         return (output[0] if isinstance(output, (list, tuple)) else output).float().cpu()
     return torch.as_tensor(_onnx_output(path, image.numpy()))
