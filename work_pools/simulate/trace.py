@@ -23,6 +23,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from yoloq.errors import UserError
 from yoloq.tiers import Tier
@@ -107,6 +108,24 @@ def _read_rows(path: Path) -> tuple[tuple[str, ...], list[dict[str, str]]]:
     return header, rows
 
 
+MAX_TRACE_S = 10 * 365 * 86400.0  # beyond this a replay would step segments for ever
+
+
+def unfit_jobs(jobs: "list[TraceJob]", gpus: "tuple[Any, ...]") -> list[str]:
+    """Why each job that no node of the cluster could ever run would wait for ever."""
+    per_node: dict[str, int] = {}
+    for gpu in gpus:
+        per_node[gpu.node] = per_node.get(gpu.node, 0) + 1
+    most, largest = max(per_node.values(), default=0), max((g.mem_total_gb for g in gpus), default=0.0)
+    found = []
+    for job in jobs:
+        if job.gpus > most:
+            found.append(f"job {job.job_id} needs {job.gpus} GPUs; the largest node has {most}")
+        elif job.gpu_mem_gb > largest:
+            found.append(f"job {job.job_id} needs {job.gpu_mem_gb:g} GB; the largest GPU has {largest:g} GB")
+    return found
+
+
 def _check(job: "TraceJob") -> None:
     """Values a replay cannot run with: raise ValueError naming the column."""
     if not job.job_id:
@@ -119,6 +138,10 @@ def _check(job: "TraceJob") -> None:
         raise ValueError(f"submit_time must be >= 0, not {job.submit_time}")
     if job.duration_s <= 0:
         raise ValueError(f"duration_s must be > 0, not {job.duration_s}")
+    for name in ("submit_time", "duration_s"):
+        if getattr(job, name) > MAX_TRACE_S:
+            raise ValueError(f"{name} must be at most {MAX_TRACE_S:.0f} s (10 years), "
+                             f"not {getattr(job, name):g}")
     if job.gpus < 1:
         raise ValueError(f"gpus must be at least 1, not {job.gpus}")
     if job.gpu_mem_gb < 0:

@@ -57,11 +57,17 @@ def run(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace, cluster: str) -> int:
     from work_pools.policy import policy_by_name
     from work_pools.simulate import parse_cluster, read_trace, simulate, summarise
+    from work_pools.simulate.trace import unfit_jobs
 
     policy = policy_by_name(args.policy, team_weights=_weights(args.weights),
                             segment_s=args.segment_s)
-    result = simulate(read_trace(args.trace), parse_cluster(cluster), policy,
-                      segment_s=args.segment_s, eta=not args.no_eta)
+    jobs, gpus = read_trace(args.trace), parse_cluster(cluster)
+    unfit = unfit_jobs(jobs, gpus)
+    if unfit:
+        more = f" (and {len(unfit) - 1} more)" if len(unfit) > 1 else ""
+        raise UserError("trace", f"{unfit[0]}{more}: it could never start",
+                        "drop such jobs or give a larger --cluster")
+    result = simulate(jobs, gpus, policy, segment_s=args.segment_s, eta=not args.no_eta)
     summary = summarise(result)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
