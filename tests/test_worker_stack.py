@@ -114,7 +114,7 @@ def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs
         urgent = submit(write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="thrash-urgent",
                                    team="oncall", priority="urgent", epochs=1, export=[]))
         try:
-            wait_for(lambda: segments(urgent), "urgent queued", 120)
+            wait_for(lambda: segments(urgent), "urgent queued", 600)
             time.sleep(3)  # a few worker polls with the urgent segment waiting
         finally:
             thaw(pid)
