@@ -9,9 +9,9 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from stack_helpers import segment_pid, wait_final, yoloq
+from stack_helpers import segment_pid, wait_final, wait_for, yoloq  # noqa: F401 (wait_for: re-exported)
 
 
 def submit(spec: Path, cli=yoloq) -> str:
@@ -27,17 +27,6 @@ def segments(job_id: str) -> list[Any]:
 
     with get_client(sync_client=True) as client:
         return segments_of(client, job_id)
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 600,
-             every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def running_segment(job_id: str) -> Any | None:
