@@ -5,6 +5,7 @@ every epoch trained exactly once according to the epoch ledger (or within a stat
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -81,3 +82,17 @@ def assert_job_recovered(job_id: str, epochs: int, *, repeats_allowed: int = 0,
 def report(fault: str, **figures: Any) -> None:
     """One line per fault for the README's matrix (shown with `pytest -s`)."""
     print(f"\nFAULT-MATRIX {fault}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+class FaultAfterEpoch(logging.LoggerAdapter):
+    """A segment logger that runs `fault` once, right after epoch `epoch` is logged done."""
+
+    def __init__(self, epoch: int, fault) -> None:
+        super().__init__(logging.getLogger("yoloq.faults"), {})
+        self.epoch, self.fault, self.fired = epoch, fault, False
+
+    def info(self, msg, *args, **kwargs) -> None:
+        super().info(msg, *args, **kwargs)
+        if not self.fired and msg.startswith("epoch %d done") and args[0] == self.epoch:
+            self.fired = True
+            self.fault()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_helpers import report
+from fault_helpers import FaultAfterEpoch, report
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -42,18 +42,6 @@ def _fill(folder: Path, leave_bytes: int = 2 << 20) -> Path:
         for _ in range(size // (1 << 20)):
             fh.write(b"\0" * (1 << 20))
     return ballast
-
-
-class FaultAfterEpoch(logging.LoggerAdapter):
-    def __init__(self, epoch: int, fault) -> None:
-        super().__init__(logging.getLogger("yoloq.faults"), {})
-        self.epoch, self.fault, self.fired = epoch, fault, False
-
-    def info(self, msg, *args, **kwargs) -> None:
-        super().info(msg, *args, **kwargs)
-        if not self.fired and msg.startswith("epoch %d done") and args[0] == self.epoch:
-            self.fired = True
-            self.fault()
 
 
 def test_scratch_disk_full_fails_clearly_and_the_job_resumes(small_disk, tiny_dataset, tmp_path):

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fault_helpers import assert_job_recovered, report, segments, submit, wait_for
+from fault_helpers import FaultAfterEpoch, assert_job_recovered, report, segments, submit, wait_for
 from stack_helpers import write_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,20 +119,6 @@ def _s3_store(swift: Swift):
 
 # ---------------------------------------------------------------- the segment path, in process
 
-class FaultAfterEpoch(logging.LoggerAdapter):
-    """The segment's logger; when epoch `epoch` is reported done (just before its checkpoint
-    upload) it runs `fault` once."""
-
-    def __init__(self, epoch: int, fault) -> None:
-        super().__init__(logging.getLogger("yoloq.faults"), {})
-        self.epoch, self.fault, self.fired = epoch, fault, False
-
-    def info(self, msg, *args, **kwargs) -> None:
-        super().info(msg, *args, **kwargs)
-        if not self.fired and msg.startswith("epoch %d done") and args[0] == self.epoch:
-            self.fired = True
-            self.fault()
-
 
 class Recorded(logging.Handler):
     """The messages a logger emits inside the block (Prefect's logging setup may keep
@@ -166,8 +152,6 @@ def _segment(store, job_id: str, data: Path, workdir: Path, stop_after: int, don
     run_id = tracker.run_for_job(job_id)
     return _train(spec, job_id, stop_after, {"epochs_done": done}, workdir, store, tracker,
                   run_id, f"segment-{workdir.name}", logger)
-
-
 
 
 @pytest.mark.integration

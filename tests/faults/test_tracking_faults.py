@@ -7,13 +7,12 @@ real MLflow server that is killed when epoch 1 is reported and started again 30 
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 
 import pytest
 
-from fault_helpers import report
+from fault_helpers import FaultAfterEpoch, report
 
 pytestmark = [pytest.mark.integration, pytest.mark.training]
 
@@ -36,18 +35,6 @@ class Server:
         from yoloq import mlflow_server
 
         mlflow_server.stop(self.proc, grace_s=2)
-
-
-class FaultAfterEpoch(logging.LoggerAdapter):
-    def __init__(self, epoch: int, fault) -> None:
-        super().__init__(logging.getLogger("yoloq.faults"), {})
-        self.epoch, self.fault, self.fired = epoch, fault, False
-
-    def info(self, msg, *args, **kwargs) -> None:
-        super().info(msg, *args, **kwargs)
-        if not self.fired and msg.startswith("epoch %d done") and args[0] == self.epoch:
-            self.fired = True
-            self.fault()
 
 
 def test_mlflow_down_30s_metrics_buffered_and_delivered_once(tiny_dataset, tmp_path):
