@@ -52,6 +52,17 @@ def _no_network_escapes(request):
         pytest.fail(f"non-loopback network access attempted:\n{escapes.strip()[:3000]}")
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Undo what a test left in os.environ (`cli.main(["--home", D, ...])` sets YOLOQ_HOME in
+    this process): a later test on the session stack must not read another test's state folder."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> str:
     """The guard log's text outside the spans already blamed on a test."""
     data = log.read_bytes()
