@@ -146,10 +146,17 @@ def saved_block(name: str = POLICY_BLOCK) -> SchedulingPolicy | None:
     return load_saved(SchedulingPolicy, name)
 
 
+def tier_caps() -> dict[str, Tier]:
+    """Parse `YOLOQ_TIER_CAPS` (the caps when no block is saved)."""
+    caps = {}
+    for item in filter(None, (p.strip() for p in os.environ.get("YOLOQ_TIER_CAPS", "").split(","))):
+        team, _, tier = item.partition("=")
+        caps[team.strip()] = Tier.parse(tier)
+    return caps
+
+
 def settings_from_env() -> PolicySettings:
     """Policy defaults with the worker's environment overrides applied."""
-    from yoloq.policy_config import tier_caps
-
     env = os.environ
     keys = ("YOLOQ_MIN_RUNTIME_S", "YOLOQ_GRACE_S", "YOLOQ_GRACE_EPOCHS", "YOLOQ_TIER_CAPS")
     if not any(env.get(k) for k in keys):

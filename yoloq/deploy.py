@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 import sys
 
-from yoloq.paths import state_paths
+from yoloq.paths import PROJECT_DIR, state_paths
 from yoloq.settings import GPU_POOL, JOBS_POOL
 from yoloq.tiers import Tier
 
@@ -63,8 +63,6 @@ def _ensure_tier_queues(client) -> None:
 
 def _deploy(env: dict[str, str], echo) -> None:
     """`prefect deploy --all` from prefect.yaml, skipped when nothing changed since last time."""
-    from yoloq.stack import PROJECT_DIR
-
     digest = hashlib.sha256((PROJECT_DIR / "prefect.yaml").read_bytes()).hexdigest()
     marker = state_paths().root / "deployed.sha256"
     if marker.exists() and marker.read_text() == digest and _deployments_exist():

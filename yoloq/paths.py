@@ -10,6 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+"""The checkout (prefect.yaml, flows/, work_pools/): where `yoloq up` deploys from."""
+
 
 @dataclass(frozen=True)
 class StatePaths:

@@ -1,24 +1,13 @@
 """Submit-time policy checks: tier caps per team, from the resolved scheduling policy.
 
 `YOLOQ_TIER_CAPS="research=high,interns=normal"` (or the `yoloq-policy` block) limits
-the most urgent tier a team may use.
+the most urgent tier a team may use; `blocks.policy.tier_caps` parses it. Imports point
+one way: this module reads `blocks.policy`, never the reverse.
 """
 
 from __future__ import annotations
 
-import os
-
 from yoloq.errors import UserError
-from yoloq.tiers import Tier
-
-
-def tier_caps() -> dict[str, Tier]:
-    """Parse `YOLOQ_TIER_CAPS` (used by `blocks.policy` when no block is saved)."""
-    caps = {}
-    for item in filter(None, (p.strip() for p in os.environ.get("YOLOQ_TIER_CAPS", "").split(","))):
-        team, _, tier = item.partition("=")
-        caps[team.strip()] = Tier.parse(tier)
-    return caps
 
 
 def check_submit_allowed(spec) -> None:

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from yoloq import offline
 from yoloq.errors import UserError
-from yoloq.paths import StatePaths, state_paths
+from yoloq.paths import PROJECT_DIR, StatePaths, state_paths
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-SERVICES = ("server", "runner", "worker")
+SERVICES = ("server", "runner", "worker", "api")
 STOP_GRACE_S = 8.0
 
 
@@ -41,6 +40,16 @@ class Stack:
     @property
     def ui_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def rest_port(self) -> int:
+        """The yoloq REST API's port: `$YOLOQ_API_PORT`, else the Prefect port plus one."""
+        return int(os.environ.get("YOLOQ_API_PORT") or self.port + 1)
+
+    @property
+    def rest_url(self) -> str:
+        """The yoloq REST API (OpenAPI docs at `/docs`)."""
+        return f"http://127.0.0.1:{self.rest_port}"
 
 
 def current_stack(port: int | None = None) -> Stack:
@@ -109,7 +118,23 @@ def up(port: int | None = None, echo=print) -> Stack:
     if not _running(stack, "worker"):
         _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)
     echo("job runner and yolo-gpu worker running")
+    if not _running(stack, "api"):
+        _start(stack, "api", [sys.executable, "-m", "yoloq.api", "--port", str(stack.rest_port)], env)
+    _wait_api(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))
+    echo(f"yoloq API: {stack.rest_url} (docs {stack.rest_url}/docs)")
     return stack
+
+
+def _wait_api(stack: Stack, timeout_s: float) -> None:
+    """Until the REST API answers its health check (it imports FastAPI and Prefect first)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _running(stack, "api"):
+        if api_answers(f"{stack.rest_url}/v1"):
+            return
+        time.sleep(0.3)
+    log = stack.paths.logs / "api.log"
+    raise UserError("api", f"the yoloq API did not answer on {stack.rest_url}",
+                    f"see {log}; is port {stack.rest_port} taken? set YOLOQ_API_PORT")
 
 
 def down(echo=print) -> int:
@@ -185,7 +210,7 @@ def healthy(stack: Stack) -> bool:
 
 
 def api_answers(api_url: str, timeout_s: float = 1.0) -> bool:
-    """True when a Prefect API answers its health check at `api_url`."""
+    """True when a Prefect API (or the yoloq API's `/v1`) answers its health check at `api_url`."""
     try:
         with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout_s) as resp:
             return resp.status == 200

@@ -1,0 +1,117 @@
+"""Imports among the project's modules point one way: no import circles.
+
+The graph is built from the source with `ast` (module-level and function-level imports
+alike: a lazy import still ties two modules together). `KNOWN_CIRCLES` lists the circles
+that remain to be broken; the test fails on any other circle, and on a listed one that is
+gone (so the list only shrinks).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("yoloq", "work_pools", "blocks", "flows")
+
+KNOWN_CIRCLES = {
+    frozenset({"yoloq.analysis.fingerprint", "yoloq.analysis.models"}),
+    frozenset({"yoloq.analysis.dataset", "yoloq.datasets.s3_analysis",
+               "yoloq.datasets.s3_source"}),
+    frozenset({"yoloq.engine.segment", "yoloq.engine.yolov5", "yoloq.engine.yolov5.segment"}),
+    frozenset({"yoloq.engine.yolov5.finalise", "yoloq.evaluate", "yoloq.export"}),
+    frozenset({"work_pools.simulate.engine", "work_pools.simulate.sharing"}),
+}
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module an imported name lives in (`a.b.func` -> `a.b`)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    graph = {}
+    for module, path in modules.items():
+        targets = {_resolve(n, modules) for n in _imported_names(ast.parse(path.read_text()))}
+        graph[module] = {t for t in targets if t and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+    for root, targets in graph.items():
+        if root in index:
+            continue
+        work = [(root, iter(sorted(targets)))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+    return found
+
+
+def test_circle_finder_sees_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == {frozenset({"a", "b", "c"})}
+
+
+def test_no_new_import_circles():
+    found = circles(import_graph(project_modules()))
+    assert found - KNOWN_CIRCLES == set(), "new import circle(s); make the imports point one way"
+    assert KNOWN_CIRCLES - found == set(), "a known circle is gone: drop it from KNOWN_CIRCLES"
+
+
+def test_the_three_named_circles_are_broken():
+    graph = import_graph(project_modules())
+    for low, high in (("blocks.policy", "yoloq.policy_config"),
+                      ("work_pools.ledger", "work_pools.scheduling"),
+                      ("yoloq.stack", "yoloq.deploy")):
+        assert low not in graph[high] or high not in graph[low], (low, high)
