@@ -9,12 +9,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def write_atomically(target: Path, write: Callable[[BinaryIO], object], prefix: str = ".tmp-") -> None:
-    """Temp file in the same folder, fsync, rename over the target, fsync the folder."""
+def write_atomically(target: Path, write: Callable[[BinaryIO], object], prefix: str = ".tmp-",
+                     mode: int | None = None) -> None:
+    """Temp file in the same folder, fsync, rename over the target, fsync the folder.
+    `mode` (e.g. 0o600 for a secret) is set before anything is written; default: umask's."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp_name = tempfile.mkstemp(prefix=prefix, dir=target.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; match a normal file
+        os.fchmod(fd, 0o666 & ~_umask() if mode is None else mode)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as out:
             write(out)
             out.flush()

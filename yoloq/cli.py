@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("alerts", "notify a webhook or notification block when a team exceeds its quota"),
     "node": ("node", "run this host's node agent: join the pool and run what the scheduler assigns"),
     "usage": ("usage", "Training Units per team and job, from the segment runs' records"),
+    "team": ("team", "add, list, rotate or remove the teams that may use the yoloq API (tokens)"),
     "simulate": ("simulate", "replay a job trace through the scheduling policy"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
 }

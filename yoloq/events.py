@@ -8,14 +8,33 @@ job and a reason in its payload, and is visible in the Prefect UI's event feed.
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
+
+_ACTING_AS: ContextVar[str | None] = ContextVar("yoloq_actor", default=None)
 
 
 def actor() -> str:
+    """Who acts: the authenticated API caller (`team/label`) inside `acting_as`, else the OS user."""
+    named = _ACTING_AS.get()
+    if named:
+        return named
     try:
         return getpass.getuser()
     except Exception:
         return "unknown"
+
+
+@contextmanager
+def acting_as(name: str) -> Iterator[None]:
+    """Every event emitted inside names `name` as its actor (an API request's team and token)."""
+    token = _ACTING_AS.set(name)
+    try:
+        yield
+    finally:
+        _ACTING_AS.reset(token)
 
 
 def job_resource(job_id: str, team: str | None = None) -> dict[str, str]:

@@ -14,21 +14,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from prefect.states import Cancelling
-
-    from yoloq.events import emit_job_event
     from yoloq.jobs import find_job
 
     with stack_client() as client:
         job = find_job(client, args.job)
-        targets = [s for s in job.segments if s.state and not s.state.is_final()]
-        if job.flow_run.state and not job.flow_run.state.is_final():
-            targets.append(job.flow_run)
-        for run_ in targets:
-            client.set_flow_run_state(run_.id, Cancelling(message=args.reason), force=True)
-        emit_job_event("cancelled", job.job_id, job.team, reason=args.reason)
+        targets = cancel_job(client, job, args.reason)
     if args.json:
         print_json({"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets], "reason": args.reason})
         return 0
     print(f"cancelling {job.job_id} ({len(targets)} run(s))")
     return 0
+
+
+def cancel_job(client, job, reason: str) -> list:
+    """Set the job's live runs (segments, then the parent) Cancelling and record the event;
+    returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`."""
+    from prefect.states import Cancelling
+
+    from yoloq.events import emit_job_event
+
+    targets = [s for s in job.segments if s.state and not s.state.is_final()]
+    if job.flow_run.state and not job.flow_run.state.is_final():
+        targets.append(job.flow_run)
+    for run_ in targets:
+        client.set_flow_run_state(run_.id, Cancelling(message=reason), force=True)
+    emit_job_event("cancelled", job.job_id, job.team, reason=reason)
+    return targets

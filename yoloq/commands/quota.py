@@ -24,36 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.clear and (args.tu is None or args.tu <= 0):
         raise UserError("--tu", "a positive budget is required", "give --tu 2.5 (or --clear)")
+    from yoloq.policy_edit import set_quota
+
     with stack_client():
-        from prefect.events import emit_event
-
-        from blocks.policy import (
-            POLICY_BLOCK,
-            SchedulingPolicy,
-            TeamQuota,
-            saved_block,
-            settings_from_env,
-        )
-        from yoloq.events import actor
-
-        # First change: start from what the worker uses now (environment or defaults).
-        block = saved_block() or SchedulingPolicy.from_settings(settings_from_env())
-        quotas = dict(block.quotas)
-        old = quotas.get(args.team)
-        if args.clear:
-            quotas.pop(args.team, None)
-        else:
-            quotas[args.team] = TeamQuota(tu=args.tu, period=args.period)
-        block.quotas = quotas
-        block.save(POLICY_BLOCK, overwrite=True)
-        emit_event(event="yoloq.team.quota_changed",
-                   resource={"prefect.resource.id": f"yoloq.team.{args.team}",
-                             "prefect.resource.name": args.team, "yoloq.team": args.team},
-                   payload={"actor": actor(), "team": args.team, "reason": args.reason,
-                            "old": old.model_dump() if old else None,
-                            "new": None if args.clear else {"tu": args.tu, "period": args.period}})
+        old = set_quota(args.team, None if args.clear else args.tu, args.period, args.reason)
     if args.json:
-        print_json({"team": args.team, "old": old.model_dump() if old else None,
+        print_json({"team": args.team, "old": old,
                     "new": None if args.clear else {"tu": args.tu, "period": args.period}})
         return 0
     print(f"quota of {args.team}: " + ("none" if args.clear else f"{args.tu} TU per {args.period}"))

@@ -17,27 +17,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from work_pools.segments import TIER_LABEL
-    from yoloq.events import emit_job_event
     from yoloq.jobs import find_job
     from yoloq.policy_config import check_submit_allowed
 
     with stack_client() as client:
         job = find_job(client, args.job)
-        if job.flow_run.state and job.flow_run.state.is_final():
-            raise UserError("job", f"{job.job_id} has ended ({job.state})", "retier a queued or running job")
-        spec = _spec_of(job).model_copy(update={"priority": args.tier})
-        check_submit_allowed(spec)
-        runs = [job.flow_run, *(s for s in job.segments if s.state and not s.state.is_final())]
-        for run_ in runs:
-            client.update_flow_run_labels(run_.id, {TIER_LABEL: args.tier})
-        emit_job_event("tier_changed", job.job_id, job.team, reason=args.reason,
-                       old_tier=job.tier, new_tier=args.tier)
+        check_open(job)
+        check_submit_allowed(retiered_spec(job, args.tier))
+        apply_tier(client, job, args.tier, args.reason)
     if args.json:
         print_json({"job_id": job.job_id, "old_tier": job.tier, "new_tier": args.tier, "reason": args.reason})
         return 0
     print(f"{job.job_id}: {job.tier} -> {args.tier}")
     return 0
+
+
+def check_open(job) -> None:
+    """A job that has ended keeps its tier (a one-line error)."""
+    if job.flow_run.state and job.flow_run.state.is_final():
+        raise UserError("job", f"{job.job_id} has ended ({job.state})", "retier a queued or running job")
+
+
+def retiered_spec(job, tier: str):
+    """The job's spec at the new tier (to check against the team's cap)."""
+    return _spec_of(job).model_copy(update={"priority": tier})
+
+
+def apply_tier(client, job, tier: str, reason: str) -> None:
+    """Label the parent and its live segments with the new tier and record the event.
+    Shared by `yoloq retier` and `POST /v1/jobs/{id}/tier` (both check first)."""
+    from work_pools.segments import TIER_LABEL
+    from yoloq.events import emit_job_event
+
+    runs = [job.flow_run, *(s for s in job.segments if s.state and not s.state.is_final())]
+    for run_ in runs:
+        client.update_flow_run_labels(run_.id, {TIER_LABEL: tier})
+    emit_job_event("tier_changed", job.job_id, job.team, reason=reason, old_tier=job.tier, new_tier=tier)
 
 
 def _spec_of(job):

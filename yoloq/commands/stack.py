@@ -25,10 +25,12 @@ def run_up(args: argparse.Namespace) -> int:
         raise UserError("--port", f"{args.port} is not a TCP port", "use 1024-65535, e.g. --port 4210")
     if args.json:
         stack = up(port=args.port, echo=lambda line: print(line, file=sys.stderr))
-        print_json({"ui_url": stack.ui_url, "api_url": stack.api_url, "state": str(stack.paths.root)})
+        print_json({"ui_url": stack.ui_url, "api_url": stack.api_url, "rest_url": stack.rest_url,
+                    "state": str(stack.paths.root)})
         return 0
     stack = up(port=args.port)
-    print(f"yoloq is up. Prefect UI: {stack.ui_url}   state: {stack.paths.root}")
+    print(f"yoloq is up. Prefect UI: {stack.ui_url}   yoloq API: {stack.rest_url} (docs {stack.rest_url}/docs)"
+          f"   state: {stack.paths.root}")
     return 0
 
 

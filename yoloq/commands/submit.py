@@ -153,8 +153,10 @@ def _print_job(job: Job, as_json: bool, dry_run: bool, single: bool) -> None:
         print(f"submitted {job.result['job_id']} {what} from {job.source}", flush=True)
 
 
-def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda job: None) -> list[str]:
+def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda job: None,
+                 reason: str = "yoloq submit", tags: tuple[str, ...] = ()) -> list[str]:
     """Check every job against the tier caps and the pool, then create their runs; one client.
+    The core of `yoloq submit` and `POST /v1/jobs` (`reason` and extra run `tags` say which).
 
     A refused job gets its error; unless `keep_going`, any refusal stops the batch before any run
     is created. `echo(job)` is called as each run is created. Returns the batch's notes.
@@ -172,7 +174,8 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
         deployment_id = job_deployment_id(client)
         for job in jobs:
             if job.error is None:
-                job_id = create_job_run(job.spec, reason="yoloq submit", client=client, deployment_id=deployment_id)
+                job_id = create_job_run(job.spec, reason=reason, client=client, deployment_id=deployment_id,
+                                        tags=tags)
                 job.result = {"job_id": job_id, "fit": fits[id(job)], "notes": notes}
                 echo(job)
     return notes
@@ -260,11 +263,11 @@ def job_deployment_id(client):
     return client.read_deployment_by_name(JOB_DEPLOYMENT).id
 
 
-def job_tags(job_id: str, spec) -> list[str]:
-    return [f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq"]
+def job_tags(job_id: str, spec, extra: tuple[str, ...] = ()) -> list[str]:
+    return [f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq", *extra]
 
 
-def create_job_run(spec, reason: str, client=None, deployment_id=None) -> str:
+def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tuple[str, ...] = ()) -> str:
     """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API.
 
     With a sync `client` and the deployment's id (a batch), the run is created through that
@@ -278,13 +281,13 @@ def create_job_run(spec, reason: str, client=None, deployment_id=None) -> str:
         from prefect.states import Scheduled
 
         client.create_flow_run_from_deployment(deployment_id, parameters=parameters, state=Scheduled(),
-                                               name=job_id, tags=job_tags(job_id, spec))
+                                               name=job_id, tags=job_tags(job_id, spec, tags))
     else:
         from prefect.deployments import run_deployment
 
         from yoloq.settings import JOB_DEPLOYMENT
 
         run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
-                       as_subflow=False, tags=job_tags(job_id, spec))
+                       as_subflow=False, tags=job_tags(job_id, spec, tags))
     emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
     return job_id

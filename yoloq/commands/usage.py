@@ -33,16 +33,9 @@ def parse_since(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from work_pools.usage import usage_table
-    from yoloq.settings import GPU_POOL
-
     window = parse_since(args.since)
-    now = time.time()
     with stack_client():
-        intervals = _intervals(GPU_POOL, now)
-    rows = usage_table(intervals, now, now - window, args.team)
-    for row in rows:
-        row["gpu_s"], row["tu"] = round(row["gpu_s"], 1), round(row["tu"], 6)
+        rows = usage_rows(window, args.team)
     if args.json:
         print_json(rows)
     elif args.csv:
@@ -57,6 +50,19 @@ def run(args: argparse.Namespace) -> int:
         for team, total in sorted(totals.items()):
             print(f"team {team}: {total:.6f} TU since {args.since} ago")
     return 0
+
+
+def usage_rows(window_s: float, team: str | None = None) -> list[dict]:
+    """Rows (team, job, segments, gpu_s, tu) over the last `window_s` seconds; the caller has
+    pointed Prefect at the stack. Shared by `yoloq usage` and `GET /v1/usage`."""
+    from work_pools.usage import usage_table
+    from yoloq.settings import GPU_POOL
+
+    now = time.time()
+    rows = usage_table(_intervals(GPU_POOL, now), now, now - window_s, team)
+    for row in rows:
+        row["gpu_s"], row["tu"] = round(row["gpu_s"], 1), round(row["tu"], 6)
+    return rows
 
 
 def _intervals(pool: str, now: float):

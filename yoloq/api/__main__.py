@@ -1,0 +1,30 @@
+"""`python -m yoloq.api [--port P] [--host H]`: serve the REST API with uvicorn.
+
+Defaults: host `$YOLOQ_API_HOST` or 127.0.0.1, port `$YOLOQ_API_PORT` or the Prefect port
+plus one. The stack (`yoloq up`) starts it with its own environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def main(argv: list[str] | None = None) -> None:
+    from yoloq.stack import current_stack, use_stack
+
+    stack = current_stack()
+    parser = argparse.ArgumentParser(prog="python -m yoloq.api")
+    parser.add_argument("--host", default=os.environ.get("YOLOQ_API_HOST") or "127.0.0.1")
+    parser.add_argument("--port", type=int, default=stack.rest_port)
+    args = parser.parse_args(argv)
+    use_stack(stack)  # before prefect is imported: its client talks to this stack's server
+    import uvicorn
+
+    from yoloq.api.app import create_app
+
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

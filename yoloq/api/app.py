@@ -1,0 +1,41 @@
+"""The API application: `create_app()` builds the FastAPI app with every router.
+
+Routers live in their own modules (`jobs`, `cluster`, `teams_routes`, and the web page,
+metrics and logs of the other front doors); each is included here in one line.
+OpenAPI docs at `/docs`, the schema at `/openapi.json`, a health check at `/v1/health`.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from yoloq import __version__
+from yoloq.api.errors import error_body
+from yoloq.errors import UserError
+
+
+def create_app() -> FastAPI:
+    from yoloq.api import cluster, jobs, teams_routes
+
+    app = FastAPI(title="yoloq", version=__version__, docs_url="/docs", openapi_url="/openapi.json",
+                  description="A fair, preemptive training queue for YOLO models on shared GPUs. "
+                              "Every /v1 route but /v1/health takes `Authorization: Bearer <team token>`.")
+    app.add_exception_handler(UserError, _user_error)
+    app.add_api_route("/v1/health", health, methods=["GET"], tags=["meta"])
+    app.include_router(jobs.router, prefix="/v1")
+    app.include_router(cluster.router, prefix="/v1")
+    app.include_router(teams_routes.router, prefix="/v1")
+    # Other front doors (web page, /metrics, logs) add their include_router lines below.
+    return app
+
+
+def health() -> dict[str, str]:
+    """Liveness, no token needed (the stack's `up` waits for it)."""
+    return {"status": "ok", "version": __version__}
+
+
+async def _user_error(request: Request, exc: Exception) -> JSONResponse:
+    """A bad value the route did not classify: 422 with the CLI's one-line message."""
+    assert isinstance(exc, UserError)
+    return JSONResponse(status_code=422, content={"detail": error_body(exc)})

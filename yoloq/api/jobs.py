@@ -1,0 +1,213 @@
+"""`/v1/jobs`: submit, list, show, cancel and retier jobs, through the CLI commands' own code.
+
+A request acts as its token's team: a spec or job of another team is refused (403), and so is
+a tier above the team's cap, whatever the client checked. Every event names the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header
+from pydantic import BaseModel, Field
+
+from yoloq.api.auth import Authed, require_team
+from yoloq.api.errors import refuse, refuse_error
+from yoloq.errors import UserError
+from yoloq.teams import Caller
+from yoloq.tiers import TIER_NAMES
+
+router = APIRouter(tags=["jobs"])
+_SUBMIT_LOCK = threading.Lock()  # an idempotency key is checked and used in one step
+IDEMPOTENCY_TAG = "idem:"
+
+SPEC_EXAMPLE = {"name": "cones", "team": "vision", "priority": "normal", "model": "yolov8n.yaml",
+                "data": "/data/cones/data.yaml", "epochs": 10, "imgsz": 640, "batch": 16}
+
+
+class TierChange(BaseModel):
+    tier: str = Field(description=f"one of {', '.join(TIER_NAMES)}", examples=["high"])
+    reason: str = Field(default="changed through the API", description="recorded in the audit log")
+
+
+@router.post("/jobs", status_code=201, summary="Submit a job (the YAML spec's fields, as JSON)")
+def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
+           who: Authed,
+           idempotency_key: str | None = Header(default=None, description="a repeat gets 409")) -> dict[str, Any]:
+    from yoloq.events import acting_as
+    from yoloq.spec import parse_spec
+
+    parsed = parse_spec(spec)  # a bad field: UserError -> 422 with the CLI's line
+    require_team(who, parsed.team)
+    _check_cap(parsed)
+    tags = (_idempotency_tag(who, idempotency_key),) if idempotency_key else ()
+    with acting_as(who.actor), _SUBMIT_LOCK:
+        if tags:
+            _refuse_repeat(tags[0], idempotency_key or "")
+        job = _submit(parsed, tags)
+    return {"job_id": job.result["job_id"], "analysis": job.analysis.to_dict(), **_placement(job),
+            "fit": job.result["fit"], "notes": job.result["notes"]}
+
+
+@router.get("/jobs", summary="All jobs (optionally one team's), newest first")
+def list_all(who: Authed, team: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    from yoloq.commands._client import stack_client
+    from yoloq.jobs import list_jobs
+
+    with stack_client() as client:
+        jobs = list_jobs(client, limit=min(max(limit, 1), 200))
+    return [j.to_dict() for j in jobs if team is None or j.team == team]
+
+
+@router.get("/jobs/{job_id}", summary="One job: state, epochs, segments, history, MLflow run")
+def show(job_id: str, who: Authed) -> dict[str, Any]:
+    from yoloq.commands._client import stack_client
+    from yoloq.timeline import job_timeline
+
+    with stack_client() as client:
+        job = _find(client, job_id)
+        history = job_timeline(client, job_id)
+    return {**job.to_dict(), "segment_runs": [_segment(s) for s in job.segments],
+            "history": history, "mlflow": mlflow_link(job_id)}
+
+
+@router.delete("/jobs/{job_id}", summary="Cancel a job (its live segments and its parent run)")
+def cancel(job_id: str, who: Authed, reason: str = "cancelled through the API") -> dict[str, Any]:
+    from yoloq.commands._client import stack_client
+    from yoloq.commands.cancel import cancel_job
+    from yoloq.events import acting_as
+
+    with stack_client() as client:
+        job = _find(client, job_id)
+        require_team(who, job.team)
+        with acting_as(who.actor):
+            targets = cancel_job(client, job, reason)
+    return {"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets], "reason": reason}
+
+
+@router.post("/jobs/{job_id}/tier", summary="Move a queued or running job to another tier")
+def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
+    from yoloq.commands._client import stack_client
+    from yoloq.commands.retier import apply_tier, check_open, retiered_spec
+    from yoloq.events import acting_as
+
+    if change.tier not in TIER_NAMES:
+        raise UserError("tier", f"unknown tier {change.tier!r}", f"use one of: {', '.join(TIER_NAMES)}")
+    with stack_client() as client:
+        job = _find(client, job_id)
+        require_team(who, job.team)
+        try:
+            check_open(job)
+        except UserError as exc:
+            raise refuse_error(409, exc) from None
+        _check_cap(retiered_spec(job, change.tier))
+        with acting_as(who.actor):
+            apply_tier(client, job, change.tier, change.reason)
+    return {"job_id": job.job_id, "old_tier": job.tier, "new_tier": change.tier, "reason": change.reason}
+
+
+def _submit(spec, tags: tuple[str, ...]):
+    """The CLI's own path: analyse, check cap and fit, create the run (a refusal: 422)."""
+    from yoloq.commands.submit import Job, analyse_job, submit_batch
+
+    job = Job("api", spec=spec)
+    analyse_job(job, None)
+    if job.error is None:
+        try:
+            submit_batch([job], None, keep_going=False, reason="POST /v1/jobs", tags=tags)
+        except UserError:
+            pass  # the job keeps its error
+    if job.error is not None:
+        raise job.error
+    return job
+
+
+def _check_cap(spec) -> None:
+    """403 for a tier above the team's cap (the policy in force, read on the server)."""
+    from blocks.policy import load_policy
+    from yoloq.commands._client import stack_client
+    from yoloq.commands.submit import check_tier_cap
+
+    with stack_client():
+        policy = load_policy()
+    try:
+        check_tier_cap(spec, policy)
+    except UserError as exc:
+        raise refuse_error(403, exc) from None
+
+
+def _idempotency_tag(who: Caller, key: str) -> str:
+    digest = hashlib.sha256(f"{who.team}\0{key}".encode()).hexdigest()[:24]
+    return f"{IDEMPOTENCY_TAG}{digest}"
+
+
+def _refuse_repeat(tag: str, key: str) -> None:
+    """409 when a job was already created with this team's idempotency key."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
+    from yoloq.commands._client import stack_client
+
+    with stack_client() as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])), limit=1)
+    if runs:
+        raise refuse(409, "Idempotency-Key", f"{key!r} was already used for job {runs[0].name}",
+                     f"follow that job (GET /v1/jobs/{runs[0].name}), or send a new key")
+
+
+def _placement(job) -> dict[str, Any]:
+    """Where the new job enters the queue: behind every waiting segment of its tier or more
+    urgent ones (the scheduler's board gives its ETA once it has planned it)."""
+    from yoloq.commands._client import stack_client
+    from yoloq.queueview import queue_rows
+
+    with stack_client() as client:
+        rows = queue_rows(client)
+    return entry_position(rows, job.spec.tier.label)
+
+
+def entry_position(rows: list[dict[str, Any]], tier: str) -> dict[str, Any]:
+    """Position (1 = next) and ETA of a job entering a queue of `rows` at `tier`."""
+    order = {name: i for i, name in enumerate(TIER_NAMES)}
+    ahead = [r for r in rows if r["state"] == "waiting" and order.get(r["tier"], 9) <= order[tier]]
+    return {"position": len(ahead) + 1, "eta": None,
+            "eta_note": "the scheduler's board gives the ETA once it has planned the job: GET /v1/queue"}
+
+
+def _find(client, job_id: str):
+    from yoloq.jobs import find_job
+
+    try:
+        return find_job(client, job_id)
+    except UserError as exc:
+        raise refuse_error(404, exc) from None
+
+
+def _segment(run) -> dict[str, Any]:
+    params = run.parameters or {}
+    labels = run.labels or {}
+    return {"name": run.name, "id": str(run.id), "state": run.state.name if run.state else None,
+            "from_epoch": (params.get("plan") or {}).get("epochs_done", 0),
+            "to_epoch": params.get("stop_after_epoch"), "epoch": labels.get("yoloq.epoch"),
+            "node": labels.get("yoloq.node"), "gpus": labels.get("yoloq.gpus"),
+            "start": run.start_time.isoformat() if run.start_time else None,
+            "end": run.end_time.isoformat() if run.end_time else None,
+            "preempted_by": labels.get("yoloq.preempted_by")}
+
+
+def mlflow_link(job_id: str) -> dict[str, Any]:
+    """The job's MLflow run: tracking URI, run id and, for a tracking server, a browser link."""
+    from yoloq import settings
+    from yoloq.tracking import JobTracker
+
+    try:
+        uri, experiment = settings.mlflow_tracking_uri()
+        tracker = JobTracker(uri, experiment)
+        run_id = tracker._find_run(job_id)
+    except Exception as exc:  # noqa: BLE001 -- shown, not hidden: the rest of the job is still useful
+        return {"error": f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    link = None
+    if run_id and uri.startswith(("http://", "https://")):
+        link = f"{uri.rstrip('/')}/#/experiments/{tracker._experiment()}/runs/{run_id}"
+    return {"tracking_uri": uri, "experiment": experiment, "run_id": run_id, "url": link}

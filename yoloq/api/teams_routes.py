@@ -1,0 +1,91 @@
+"""`/v1/teams`: admin-only team management (add, list, rotate, remove, limits, quota).
+
+Tokens are shown once, in the response that makes them. Weights, caps and quotas go into the
+scheduling policy block, which the scheduler enforces whatever a client does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from yoloq.api.auth import Admin, team_store
+
+router = APIRouter(tags=["teams (admin)"])
+
+
+class NewTeam(BaseModel):
+    name: str = Field(examples=["vision"])
+    weight: float | None = Field(default=None, gt=0, description="fair-share weight (default 1)")
+    cap: str | None = Field(default=None, description="most urgent tier the team may use", examples=["high"])
+    owner: str = Field(default="", description="owner's mail address (quota mails)")
+    admin: bool = Field(default=False, description="an admin token (manages teams, quotas, tiers)")
+    label: str = Field(default="default", description="the token's label, shown in the audit log")
+
+
+class Limits(BaseModel):
+    weight: float | None = Field(default=None, gt=0)
+    cap: str | None = None
+
+
+class QuotaChange(BaseModel):
+    tu: float | None = Field(default=None, gt=0, description="Training Units per period; null clears it")
+    period: Literal["day", "week"] = "day"
+    reason: str = "changed through the API"
+
+
+@router.get("/teams", summary="Teams with their owner, token id and limits (no secrets)")
+def list_teams(who: Admin) -> list[dict[str, Any]]:
+    from blocks.policy import load_policy
+    from yoloq.commands._client import stack_client
+    from yoloq.policy_edit import team_limits
+
+    with stack_client():
+        policy = load_policy()
+    return [{**entry.public(), **team_limits(policy, name)} for name, entry in sorted(team_store().teams().items())]
+
+
+@router.post("/teams", status_code=201, summary="Add a team; the response holds its token, once")
+def add_team(new: NewTeam, who: Admin) -> dict[str, Any]:
+    from yoloq.commands.team import add_team as add
+
+    token = add(team_store(), new.name, new.weight, new.cap, new.owner, new.admin, new.label, who.actor)
+    return {"team": new.name, "token": token}
+
+
+@router.post("/teams/{name}/rotate", summary="A new token for the team; the old one stops working")
+def rotate(name: str, who: Admin) -> dict[str, Any]:
+    return {"team": name, "token": team_store().rotate(name)}
+
+
+@router.delete("/teams/{name}", summary="Remove a team and its token (its jobs stay)")
+def remove(name: str, who: Admin) -> dict[str, Any]:
+    from yoloq.commands.team import remove_team
+
+    remove_team(team_store(), name, who.actor)
+    return {"team": name, "removed": True}
+
+
+@router.post("/teams/{name}/limits", summary="Set a team's weight and tier cap")
+def limits(name: str, change: Limits, who: Admin) -> dict[str, Any]:
+    from yoloq.commands._client import stack_client
+    from yoloq.events import acting_as
+    from yoloq.policy_edit import set_limits
+
+    team_store().get(name)
+    with stack_client(), acting_as(who.actor):
+        set_limits(name, change.weight, change.cap)
+    return {"team": name, "weight": change.weight, "cap": change.cap}
+
+
+@router.put("/teams/{name}/quota", summary="Set or clear (tu: null) a team's TU quota")
+def quota(name: str, change: QuotaChange, who: Admin) -> dict[str, Any]:
+    from yoloq.commands._client import stack_client
+    from yoloq.events import acting_as
+    from yoloq.policy_edit import set_quota
+
+    with stack_client(), acting_as(who.actor):
+        old = set_quota(name, change.tu, change.period, change.reason)
+    return {"team": name, "old": old, "new": None if change.tu is None else {"tu": change.tu, "period": change.period}}

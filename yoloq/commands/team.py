@@ -1,0 +1,135 @@
+"""`yoloq team add|list|rotate|remove`: the teams that may use the yoloq API, and their tokens.
+
+Run on the server host (it edits `<state>/teams.json`, mode 0600). `add` and `rotate` print the
+token once, alone on the last line (`TOKEN=$(yoloq team add vision | tail -1)`). `--admin` makes
+an admin token, which manages teams, quotas and tiers through the API. `--weight` and `--cap`
+go into the scheduling policy block (the stack must be up for them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from yoloq.commands._client import print_json, table
+from yoloq.errors import UserError
+from yoloq.tiers import TIER_NAMES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    add = sub.add_parser("add", help="add a team and print its token (once, on the last line)")
+    add.add_argument("name")
+    add.add_argument("--weight", type=float, help="fair-share weight (default 1)")
+    add.add_argument("--cap", choices=TIER_NAMES, help="most urgent tier the team may use")
+    add.add_argument("--owner", default="", help="owner's mail address (quota mails)")
+    add.add_argument("--admin", action="store_true", help="an admin token: manages teams, quotas, tiers")
+    add.add_argument("--label", default="default", help="the token's label, shown in the audit log")
+    listing = sub.add_parser("list", help="teams, owners, token ids and limits (no secrets)")
+    listing.add_argument("--json", action="store_true")
+    rotate = sub.add_parser("rotate", help="a new token for a team (the old one stops working)")
+    rotate.add_argument("name")
+    remove = sub.add_parser("remove", help="remove a team and its token (its jobs stay)")
+    remove.add_argument("name")
+
+
+def run(args: argparse.Namespace) -> int:
+    from yoloq.teams import TeamStore
+
+    store = TeamStore()
+    if args.action == "add":
+        token = add_team(store, args.name, args.weight, args.cap, args.owner, args.admin, args.label)
+        kind = "admin token" if args.admin else "token"
+        print(f"team {args.name} added; its {kind} follows (shown once, stored hashed in {store.path}):")
+        print(token)
+    elif args.action == "rotate":
+        token = store.rotate(args.name)
+        print(f"new token for {args.name}; the old one no longer works:")
+        print(token)
+    elif args.action == "remove":
+        remove_team(store, args.name)
+        print(f"team {args.name} removed (its token no longer works; its jobs stay)")
+    else:
+        _list(store, args.json)
+    return 0
+
+
+def add_team(store, name: str, weight: float | None = None, cap: str | None = None, owner: str = "",
+             admin: bool = False, label: str = "default", actor: str | None = None) -> str:
+    """Check, save the team's limits in the policy (if given), then add it; returns its token.
+    Shared by `yoloq team add` and `POST /v1/teams`."""
+    from yoloq.teams import check_team_name
+
+    check_team_name(name)
+    if cap is not None and cap not in TIER_NAMES:
+        raise UserError("cap", f"unknown tier {cap!r}", f"use one of: {', '.join(TIER_NAMES)}")
+    if weight is not None and weight <= 0:
+        raise UserError("weight", f"{weight} is not a positive weight", "give a weight above 0, e.g. 2")
+    if name in store.teams():
+        raise UserError("team", f"{name!r} already exists",
+                        f"rotate its token with `yoloq team rotate {name}`, or pick another name")
+    if weight is not None or cap is not None:
+        _with_policy(actor, lambda: _set_limits(name, weight, cap))
+    return store.add(name, owner=owner, admin=admin, label=label)
+
+
+def remove_team(store, name: str, actor: str | None = None) -> None:
+    """Remove the team from the store, and its weight, cap and quota from the policy."""
+    from yoloq.policy_edit import forget_team
+
+    store.get(name)
+    if _stack_answers():
+        _with_policy(actor, lambda: forget_team(name))
+    else:
+        print("note: no stack answers, so the team's weight, cap and quota stay in the policy", file=sys.stderr)
+    store.remove(name)
+
+
+def _set_limits(name: str, weight: float | None, cap: str | None) -> None:
+    from yoloq.policy_edit import set_limits
+
+    set_limits(name, weight, cap)
+
+
+def _with_policy(actor: str | None, change) -> None:
+    from contextlib import nullcontext
+
+    from yoloq.commands._client import stack_client
+    from yoloq.events import acting_as
+
+    with stack_client(), (acting_as(actor) if actor else nullcontext()):
+        change()
+
+
+def _stack_answers() -> bool:
+    from yoloq.stack import current_stack, healthy
+
+    return healthy(current_stack())
+
+
+def _list(store, as_json: bool) -> None:
+    rows: list[dict[str, Any]] = [entry.public() for _, entry in sorted(store.teams().items())]
+    if _stack_answers():
+        _add_limits(rows)
+    else:
+        print("note: no stack answers, so weights, caps and quotas are not shown", file=sys.stderr)
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        quota = row.get("quota")
+        row["quota"] = f"{quota['tu']} TU/{quota['period']}" if quota else ""
+    print(table(rows, ["team", "owner", "admin", "label", "token_id", "weight", "cap", "quota"]))
+
+
+def _add_limits(rows: list[dict[str, Any]]) -> None:
+    from yoloq.commands._client import stack_client
+    from yoloq.policy_edit import team_limits
+
+    with stack_client():
+        from blocks.policy import load_policy
+
+        policy = load_policy()
+    for row in rows:
+        row.update(team_limits(policy, row["team"]))
