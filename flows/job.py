@@ -85,7 +85,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
             if outcome is not None:
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
-        job = _current_tier(job)
+        job = _current_tier(job, logger)
         last = run = _segment_run(job, job_id, done, target, _plan(job, analysis, done), logger)
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
@@ -127,26 +127,35 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
 
     from yoloq.jobs import live_segments, segments_of
 
-    with get_client(sync_client=True) as client:
-        live = live_segments(client, job_id)
-        if live:
-            logger.warning("job %s already has segment %s (%s); waiting for it instead of "
-                           "queuing another", job_id, live[0].name, live[0].state.name)
-            return _wait_final(live[0].id, logger)
-        earlier = segments_of(client, job_id)
-    tries = sum(1 for r in earlier if ((r.parameters or {}).get("plan") or {}).get("epochs_done") == done)
-    finalising = target == done
-    name = f"{job_id}.s{len(earlier) + 1}." + (f"finalise-e{done}" if finalising else f"e{done}-{target}")
+    def read() -> tuple[list[Any], list[Any]]:
+        with get_client(sync_client=True) as client:
+            return live_segments(client, job_id), segments_of(client, job_id)
+
+    live, earlier = patiently(read, "reading the job's segments", logger)
+    if live:
+        logger.warning("job %s already has segment %s (%s); waiting for it instead of "
+                       "queuing another", job_id, live[0].name, live[0].state.name)
+        return _wait_final(live[0].id, logger)
+    name, key = segment_identity(job_id, done, target, earlier)
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
         settings.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
                     "plan": plan},
         work_queue_name=job.tier.queue,
         tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
-        flow_run_name=name, idempotency_key=f"{job_id}:from-e{done}:try-{tries}",
+        flow_run_name=name, idempotency_key=key,
         timeout=0,
     ), "queuing the segment", logger)
     return _wait_final(run.id, logger)
+
+
+def segment_identity(job_id: str, done: int, target: int, earlier: list[Any]) -> tuple[str, str]:
+    """The next segment's (run name, idempotency key) from the job's segments so far: every
+    parent that reads the same segments derives the same key, so Prefect creates one run;
+    each segment that ended from the same epoch makes the next try a new key."""
+    tries = sum(1 for r in earlier if ((r.parameters or {}).get("plan") or {}).get("epochs_done") == done)
+    stage = f"finalise-e{done}" if target == done else f"e{done}-{target}"
+    return f"{job_id}.s{len(earlier) + 1}.{stage}", f"{job_id}:from-e{done}:try-{tries}"
 
 
 def _wait_final(flow_run_id: Any, logger) -> Any:
@@ -184,7 +193,7 @@ class ParentGuard:
         self.token = f"{uuid.uuid4().hex[:12]}@{settings.node_name()}:{os.getpid()}"
         self.run_id = current_run.get_id()
         if self.run_id:
-            self._write()
+            patiently(self._write, "writing the job's parent token", logger)
 
     def _write(self) -> None:
         from prefect.client.orchestration import get_client
@@ -233,15 +242,17 @@ def open_mlflow_run(job: JobSpec, job_id: str, analysis: dict[str, Any],
                                      "yoloq.job_class": str(analysis.get("job_class", ""))})
 
 
-def _current_tier(job: JobSpec) -> JobSpec:
+def _current_tier(job: JobSpec, logger) -> JobSpec:
     """Apply a tier change made with `yoloq retier` (a label on this parent run)."""
     from prefect.client.orchestration import get_client
 
     from work_pools.segments import TIER_LABEL
 
-    with get_client(sync_client=True) as client:
-        labels = client.read_flow_run(current_run.get_id()).labels or {}
-    tier = labels.get(TIER_LABEL)
+    def read() -> dict[str, str]:
+        with get_client(sync_client=True) as client:
+            return client.read_flow_run(current_run.get_id()).labels or {}
+
+    tier = patiently(read, "reading the job's tier", logger).get(TIER_LABEL)
     return job.model_copy(update={"priority": tier}) if tier and tier != job.priority else job
 
 

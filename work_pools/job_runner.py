@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import socket
 import threading
@@ -140,12 +141,17 @@ def execute(flow_run_id: Any) -> int:
     from prefect.flow_engine import run_flow
     from prefect.logging.loggers import flow_run_logger
 
-    with get_client(sync_client=True) as client:
-        flow_run = client.read_flow_run(flow_run_id)
+    from flows.recovery import patiently
+
+    def read() -> Any:  # an API that cannot reach its database answers 5xx for a while
+        with get_client(sync_client=True) as client:
+            return client.read_flow_run(flow_run_id)
+
+    flow_run = patiently(read, f"reading flow run {flow_run_id}", logging.getLogger("yoloq.job_runner"))
     logger = flow_run_logger(flow_run=flow_run)
     gate.enter()
     try:
-        flow = load_flow(flow_run)
+        flow = patiently(lambda: load_flow(flow_run), "loading the job's flow", logger)
         run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
     except (Abort, Pause) as exc:  # the server refused a transition, or another parent took over
         logger.info("flow run %s stopped by the orchestrator: %s", flow_run.name, exc)
