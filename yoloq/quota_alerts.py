@@ -12,11 +12,18 @@ notification block. `target` is a webhook URL (saved as the `CustomWebhookNotifi
 `yoloq-alerts`, which POSTs JSON `{"subject", "body", "name"}`) or the name of a
 notification block already saved (`slack-webhook/team-alerts`, or a bare name of a
 custom-webhook block).
+
+Mail (`mail_quota_breaches`, called by `notify_quota_breaches`): when `YOLOQ_SMTP_URL` is
+set (`yoloq.mail`), the team's owner (`yoloq team add --owner`, the team store) gets one mail
+per breach: per team, quota period and budget, remembered in the same Variable under
+`mail:` keys. A server that cannot be reached is logged as an error and retried on a later
+pass (at most every `MAIL_RETRY_S`), never marked as sent.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
@@ -28,6 +35,9 @@ QUOTA_EVENT = "yoloq.team.quota_exceeded"
 ALERTS_BLOCK = "yoloq-alerts"
 AUTOMATION_NAME = "yoloq: team over quota"
 SUBJECT = "yoloq: team {{ event.payload.team }} is over its quota"
+MAIL_RETRY_S = 300.0
+_LOG = logging.getLogger("yoloq.quota_alerts")
+_failed_at: dict[str, float] = {}  # mail key -> last failed attempt (this process)
 BODY = ("Team {{ event.payload.team }} spent {{ event.payload.spent_tu }} of "
         "{{ event.payload.budget_tu }} TU this {{ event.payload.period }} "
         "(since {{ event.payload.period_start }}). Its segments now run only on GPUs nobody "
@@ -74,7 +84,81 @@ def notify_quota_breaches(breaches: Iterable[QuotaBreach], store: Any,
     sent = [(key, breach) for key, breach in fresh if emit_quota_breach(breach, now)]
     if sent:
         store.mark([key for key, _ in sent], now)
+    mail_quota_breaches(breaches, store, now)
     return [breach for _, breach in sent]
+
+
+# -- mail to the team's owner ------------------------------------------------------
+
+def mail_key(breach: QuotaBreach, now: float) -> str:
+    """One mail per team, period and budget: a raised quota breached again mails again."""
+    return f"mail:{breach_key(breach, now)}:{breach.budget_tu:g}"
+
+
+def mail_quota_breaches(breaches: Iterable[QuotaBreach], store: Any, now: float,
+                        teams: Any = None) -> list[QuotaBreach]:
+    """Mail each breach not yet mailed to its team's owner; returns those mailed. Nothing
+    happens without `YOLOQ_SMTP_URL`; a team without an owner address is logged once."""
+    from yoloq.mail import smtp_config
+
+    config = smtp_config()
+    breaches = list(breaches)
+    if config is None or not breaches:
+        return []
+    seen = set(store.notified())
+    todo = [(mail_key(b, now), b) for b in breaches if mail_key(b, now) not in seen]
+    todo = [(k, b) for k, b in todo if now - _failed_at.get(k, float("-inf")) >= MAIL_RETRY_S]
+    done, mailed = [], []
+    for key, breach in todo:
+        outcome = _mail_one(config, breach, now, teams)
+        if outcome is None:
+            _failed_at[key] = now
+            continue
+        done.append(key)
+        if outcome:
+            mailed.append(breach)
+    if done:
+        store.mark(done, now)
+    return mailed
+
+
+def _mail_one(config: Any, breach: QuotaBreach, now: float, teams: Any) -> bool | None:
+    """True when mailed, False when the team has no owner (logged), None when sending failed."""
+    from yoloq.mail import MailError, send_mail
+    from yoloq.teams import owner_of
+
+    owner = owner_of(breach.team, teams)
+    if not owner:
+        _LOG.warning("team %s is over its quota but has no owner address: no mail sent "
+                     "(set one with `yoloq team add %s --owner ADDRESS`)", breach.team, breach.team)
+        return False
+    subject, body = quota_mail(breach, now)
+    try:
+        send_mail(config, owner, subject, body)
+    except MailError as exc:
+        _LOG.error("quota mail for team %s not sent: %s (retrying in %.0f s)", breach.team, exc,
+                   MAIL_RETRY_S)
+        return None
+    _LOG.info("quota mail for team %s sent to %s", breach.team, owner)
+    return True
+
+
+def quota_mail(breach: QuotaBreach, now: float) -> tuple[str, str]:
+    """Subject and body: the numbers, the period, and what happens to the team's jobs."""
+    start = period_start(now, breach.period)
+    end = start + (7 if breach.period == "week" else 1) * 86400.0
+    fmt = lambda t: datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC")
+    subject = f"yoloq: team {breach.team} is over its quota"
+    body = (f"Team {breach.team} has spent {breach.spent_tu:.4g} of its {breach.budget_tu:.4g} "
+            f"Training Units this {breach.period} (since {fmt(start)}; 1 TU = one V100 for 24 h).\n\n"
+            f"What happens to your jobs: nothing is cancelled. Until the next period starts "
+            f"({fmt(end)}), your team's segments rank below every tier (below low) and do not "
+            f"age: they start only on GPUs no other team's segment is waiting for, and a running "
+            f"one may be preempted at its next epoch boundary (it resumes from its checkpoint "
+            f"later) when another team needs the GPU.\n\n"
+            f"To get more now, ask an admin to raise the quota (`yoloq quota {breach.team} --tu N`).\n")
+    return subject, body
 
 
 class NotifiedBreaches:
