@@ -143,9 +143,14 @@ def cluster_pool(tmp: Path, first_node: str, first_declared: str) -> Iterator[Po
         os.environ.update({k: v for k, v in env.items()
                            if k.startswith(("AWS_", "YOLOQ_CHECKPOINT", "YOLOQ_MLFLOW"))
                            or k in ("YOLOQ_HOME", "YOLOQ_PORT")})
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import (
+            PREFECT_API_AUTH_STRING,
+            PREFECT_API_URL,
+            temporary_settings,
+        )
 
-        with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{env['YOLOQ_PORT']}/api"}):
+        with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{env['YOLOQ_PORT']}/api",
+                                         PREFECT_API_AUTH_STRING: env.get("PREFECT_API_AUTH_STRING")}):
             yield pool
     finally:
         for agent in pool.agents.values():

@@ -40,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "usage": ("usage", "Training Units per team and job, from the segment runs' records"),
     "team": ("team", "add, list, rotate or remove the teams that may use the yoloq API (tokens)"),
     "simulate": ("simulate", "replay a job trace through the scheduling policy"),
+    "login": ("login", "use a yoloq server from this machine: check and save its URL and your team token"),
+    "logout": ("login", "forget the saved yoloq server and token (commands use this host's stack)"),
+    "logs": ("logs", "show a job's training log (--follow for new lines until it ends)"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
 }
 HOME_FLAG = "--home"

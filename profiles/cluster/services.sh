@@ -4,7 +4,8 @@
 #   services.sh start s3|postgres|all    install when missing, start, wait until ready (idempotent)
 #   services.sh stop  s3|postgres|all    stop, leaving no process behind
 #   services.sh status                   one line per service
-#   services.sh env                      export lines: S3 endpoint, credentials, bucket, database URL
+#   services.sh env                      export lines: S3 endpoint, credentials, bucket, database URL,
+#                                        the Prefect API's credentials
 #
 # S3 is OpenStack Swift with its s3api middleware (single replica, tempauth user
 # test:tester / testing); the database is a project-owned PostgreSQL 15 cluster.
@@ -368,7 +369,23 @@ stop_postgres() {
 
 # ---------------------------------------------------------------- commands
 
+# The Prefect API's own credentials (user:password): YOLOQ_PREFECT_AUTH, else one generated
+# once and kept (mode 0600) beside the services' data. The server requires them; the stack's
+# processes and node agents send them; users never need them (they hold yoloq API tokens).
+prefect_auth() {
+    if [ -n "${YOLOQ_PREFECT_AUTH:-}" ]; then echo "$YOLOQ_PREFECT_AUTH"; return; fi
+    local file=$SERVICES_DIR/prefect-auth
+    if [ ! -s "$file" ]; then
+        mkdir -p "$SERVICES_DIR"
+        (umask 077; echo "admin:$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')" > "$file.tmp")
+        mv "$file.tmp" "$file"
+    fi
+    cat "$file"
+}
+
 print_env() {
+    local auth
+    auth=$(prefect_auth)
     cat <<EOF
 export YOLOQ_SERVICES_DIR='$SERVICES_DIR'
 export YOLOQ_S3_ENDPOINT_URL='http://$HOST:$S3_PORT'
@@ -380,6 +397,8 @@ export AWS_ACCESS_KEY_ID='$S3_ACCOUNT:$S3_USER'
 export AWS_SECRET_ACCESS_KEY='$S3_SECRET'
 export AWS_DEFAULT_REGION='us-east-1'
 export PREFECT_API_DATABASE_CONNECTION_URL='postgresql+asyncpg://$PG_USER:$PG_PASSWORD@$HOST:$PG_PORT/$PG_DB'
+export PREFECT_SERVER_API_AUTH_STRING='$auth'
+export PREFECT_API_AUTH_STRING='$auth'
 EOF
 }
 
@@ -388,7 +407,7 @@ print_status() {
     if postgres_running; then echo "postgres: running $HOST:$PG_PORT"; else echo "postgres: stopped"; fi
 }
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 main() {
     local action=${1:-} target=${2:-all}

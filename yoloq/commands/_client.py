@@ -1,11 +1,15 @@
-"""Shared by the commands that talk to the running stack."""
+"""Shared by the commands that talk to the running stack: the local Prefect client (honouring an
+explicit PREFECT_API_URL), the remote yoloq API when a server is configured, and `--watch`."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from yoloq.errors import UserError
@@ -15,26 +19,109 @@ from yoloq.errors import UserError
 def stack_client() -> Iterator[Any]:
     """A sync Prefect client for the stack of this state folder; a clear error if it is down.
 
-    A command that only reads never creates the state folder: without one, no stack runs here.
+    An explicit PREFECT_API_URL (without YOLOQ_PORT, which pins this host's stack) names the
+    server to use. A command that only reads never creates the state folder: without one and
+    without such a URL, no stack runs here.
     """
     from yoloq.paths import state_paths
-    from yoloq.stack import current_stack, healthy, use_stack
+    from yoloq.prefect_auth import check_access
+    from yoloq.stack import current_stack, use_stack
 
     paths = state_paths()
-    if not paths.root.is_dir():
+    explicit = explicit_api_url()
+    if explicit is None and not paths.root.is_dir():
         raise UserError("stack", f"no yoloq state folder at {paths.root}, so no stack runs for it",
                         "start one with `yoloq up`, or point --home/YOLOQ_HOME at an existing state folder")
     stack = current_stack()
-    if not healthy(stack):
-        raise UserError("stack", f"no yoloq server answers on {stack.api_url}",
-                        "start it with `yoloq up` (same --home/YOLOQ_HOME)")
+    url = explicit or stack.api_url
+    _require_answer(url, explicit is not None)
     use_stack(stack)
+    os.environ["PREFECT_API_URL"] = url
+    check_access(url)
     from prefect.client.orchestration import get_client
 
-    from yoloq.stack import api_settings
-
-    with api_settings(stack), get_client(sync_client=True) as client:
+    with _pointed_at(url), get_client(sync_client=True) as client:
         yield client
+
+
+@contextmanager
+def _pointed_at(url: str) -> Iterator[None]:
+    """This process's Prefect settings point at `url`, even if prefect was imported before (its
+    settings are read at import); a settings copy costs ~0.2 s, so only when needed."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if PREFECT_API_URL.value() == url:
+        yield
+        return
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield
+
+
+def explicit_api_url() -> str | None:
+    """PREFECT_API_URL as the user set it, unless YOLOQ_PORT names this host's stack (the stack's
+    own processes and tests set both)."""
+    url = (os.environ.get("PREFECT_API_URL") or "").strip().rstrip("/")
+    return url if url and not os.environ.get("YOLOQ_PORT") else None
+
+
+def _require_answer(url: str, explicit: bool) -> None:
+    from yoloq.stack import api_answers
+
+    if api_answers(url):
+        return
+    if explicit:
+        raise UserError("PREFECT_API_URL", f"no Prefect server answers on {url}",
+                        "check the address, or unset PREFECT_API_URL to use this host's `yoloq up` stack")
+    raise UserError("stack", f"no yoloq server answers on {url}",
+                    "start it with `yoloq up` (same --home/YOLOQ_HOME)")
+
+
+@dataclass
+class Backend:
+    """Where a user command reads and writes: the remote yoloq API, else the local Prefect client."""
+
+    remote: Any = None
+    client: Any = None
+
+
+@contextmanager
+def backend() -> Iterator[Backend]:
+    """The configured yoloq server (`yoloq login`, YOLOQ_SERVER), else this host's stack."""
+    from yoloq.remote import remote
+
+    server = remote()
+    if server is not None:
+        with server:
+            yield Backend(remote=server)
+        return
+    with stack_client() as client:
+        yield Backend(client=client)
+
+
+def add_watch_arguments(parser: Any) -> None:
+    parser.add_argument("--watch", action="store_true", help="redraw live until Ctrl-C")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
+    parser.add_argument("--count", type=int, default=None, help="with --watch: stop after N redraws")
+
+
+def watch(render: Callable[[], str], interval_s: float, count: int | None) -> int:
+    """Redraw `render()` every `interval_s` (the screen is cleared on a terminal); Ctrl-C exits 0."""
+    if interval_s <= 0 or (count is not None and count < 1):
+        raise UserError("--interval/--count", "must be positive", "e.g. --interval 2 --count 10")
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    drawn = 0
+    try:
+        while count is None or drawn < count:
+            body = render()
+            stamp = time.strftime("%H:%M:%S")
+            sys.stdout.write(f"{clear}every {interval_s:g}s, {stamp} (Ctrl-C to stop)\n{body}\n")
+            sys.stdout.flush()
+            drawn += 1
+            if count is None or drawn < count:
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        sys.stdout.write("\n")
+    return 0
 
 
 def print_json(obj: Any) -> None:

@@ -53,4 +53,7 @@ def _node_env() -> dict[str, str]:
     if not api_answers(env["PREFECT_API_URL"], timeout_s=5):
         raise UserError("PREFECT_API_URL", f"no Prefect server answers on {env['PREFECT_API_URL']}",
                         "start the stack (`yoloq up`) or point PREFECT_API_URL at the server")
+    from yoloq.prefect_auth import check_access
+
+    check_access(env["PREFECT_API_URL"])  # missing or wrong PREFECT_API_AUTH_STRING: one line, now
     return env

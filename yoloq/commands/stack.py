@@ -19,7 +19,12 @@ def add_down_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    import os
+
+    from yoloq.prefect_auth import prepare_server_host
     from yoloq.stack import up
+
+    prepare_server_host(os.environ)  # the cluster profile's Prefect API requires credentials
 
     if args.port is not None and not 1 <= args.port <= 65535:
         raise UserError("--port", f"{args.port} is not a TCP port", "use 1024-65535, e.g. --port 4210")

@@ -1,0 +1,58 @@
+"""`yoloq login URL [--token T]` and `yoloq logout`: use a yoloq server from this machine.
+
+The token (a team token from `yoloq team add`) is checked against the server before it is
+saved, with the URL, in `$XDG_CONFIG_HOME/yoloq/credentials.toml` (mode 0600). From then
+on the user commands go through that server's REST API. Without `--token` it is read from
+`YOLOQ_TOKEN`, else asked for (not echoed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from yoloq.errors import UserError
+
+
+def add_login_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url", help="the yoloq server, e.g. http://queue-host:4211 (`yoloq up` prints it)")
+    parser.add_argument("--token", help="team token (default: $YOLOQ_TOKEN, else asked for)")
+
+
+def add_logout_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options: the saved URL and token are removed."""
+
+
+def run_login(args: argparse.Namespace) -> int:
+    from yoloq import credentials
+    from yoloq.remote import Remote
+
+    url = credentials.normal_url(args.url)
+    token = (args.token or os.environ.get(credentials.TOKEN_ENV) or _ask()).strip()
+    if not token:
+        raise UserError("--token", "is empty", "give the team token `yoloq team add` printed")
+    server = credentials.Server(url, token, "--token")
+    with Remote(server) as remote:
+        who = remote.get("/me")  # the token's team: a wrong token or URL fails here, nothing saved
+    path = credentials.save(url, token)
+    role = " (admin)" if who.get("admin") else ""
+    print(f"logged in to {url} as team {who.get('team')}{role}; saved in {path}")
+    return 0
+
+
+def run_logout(args: argparse.Namespace) -> int:
+    from yoloq import credentials
+
+    removed = credentials.forget()
+    print(f"removed {credentials.credentials_path()}" if removed else "not logged in")
+    return 0
+
+
+def _ask() -> str:
+    if not sys.stdin.isatty():
+        raise UserError("--token", "not given and no terminal to ask on",
+                        "pass --token TOKEN or set YOLOQ_TOKEN")
+    import getpass
+
+    return getpass.getpass("team token: ")
