@@ -1,4 +1,4 @@
-"""Pools, tier queues and deployments on the server; recovery of interrupted runs."""
+"""Pools, tier queues and deployments on the server (recovery of interrupted runs: flows.recovery)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 
+from flows.recovery import process_gone, recover_interrupted  # noqa: F401 (used by `yoloq up`)
 from yoloq.paths import PROJECT_DIR, state_paths
 from yoloq.settings import GPU_POOL, JOBS_POOL
 from yoloq.tiers import Tier
@@ -93,69 +94,3 @@ def _deployments_exist() -> bool:
             return False
     return True
 
-
-def recover_interrupted(echo=print, *, root=None, runner_alive: bool = False,
-                        worker_alive: bool = False) -> int:
-    """Runs left mid-flight whose process is really gone: segments -> Crashed, parents ->
-    Scheduled again (a rescheduled parent re-reads the job's progress from the checkpoint
-    store and queues the rest, so it loses at most the epoch in progress).
-
-    A run whose process is alive is never touched: a live parent keeps its job (resetting it
-    would start a second parent), and a live segment is left to the GPU worker (a restarted
-    worker stops the segments a previous one left). A run with no recorded process is gone
-    only when the service that starts its kind (`runner_alive`, `worker_alive`) is down.
-    """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        DeploymentFilter, DeploymentFilterName, FlowRunFilter, FlowRunFilterState,
-        FlowRunFilterStateType)
-    from prefect.client.schemas.objects import StateType
-    from prefect.states import Crashed, Scheduled
-
-    root = str(root or state_paths().root)
-    active = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=[StateType.RUNNING, StateType.PENDING, StateType.CANCELLING])))
-    kinds = (("train-segment", worker_alive, lambda: Crashed(
-                 message="its process is gone; the job resumes from its last checkpoint")),
-             ("yolo-job", runner_alive, lambda: Scheduled(
-                 message="its process is gone; resuming the job")))
-    recovered = 0
-    with get_client(sync_client=True) as client:
-        for deployment, starter_alive, new_state in kinds:
-            runs = client.read_flow_runs(flow_run_filter=active, deployment_filter=DeploymentFilter(
-                name=DeploymentFilterName(any_=[deployment])))
-            for run in runs:
-                if deployment == "train-segment" and not _started_here(run, starter_alive):
-                    continue  # another node's segment: its own worker looks after it
-                if not process_gone(run.infrastructure_pid, root, starter_alive):
-                    continue
-                client.set_flow_run_state(run.id, new_state(), force=True)
-                recovered += 1
-    if recovered:
-        echo(f"recovered {recovered} interrupted run(s)")
-    return recovered
-
-
-def _started_here(run, worker_alive: bool) -> bool:
-    """A segment this node's worker started (its PID file is in this state folder), or one
-    not started at all while this node's worker is down."""
-    pid_file = state_paths().pids / "segments" / f"{run.id}.pid"
-    return pid_file.exists() or (not run.infrastructure_pid and not worker_alive)
-
-
-def process_gone(infrastructure_pid: str | None, root: str, starter_alive: bool) -> bool:
-    """True when the run's process no longer exists on this host (a PID reused by an
-    unrelated process counts as gone). No PID yet: gone unless its starter is alive."""
-    import psutil
-
-    if not infrastructure_pid:
-        return not starter_alive
-    try:
-        proc = psutil.Process(int(str(infrastructure_pid).split(":")[-1]))
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return True
-        return proc.environ().get("YOLOQ_HOME") != root
-    except (ValueError, psutil.NoSuchProcess):
-        return True
-    except psutil.AccessDenied:
-        return False  # someone else's process under that PID: do not guess

@@ -127,22 +127,54 @@ def test_a_segment_with_an_older_live_segment_of_its_job_trains_nothing(yoloq_st
 def test_only_a_process_that_is_really_gone_counts_as_gone(tmp_path):
     """`yoloq up` resets a run only when its recorded process is gone: a live process of this
     state folder is alive, a PID now used by another program or an ended one is gone; with
-    no PID recorded, the run is gone only when the service that starts it is down."""
-    from yoloq.deploy import process_gone
+    no PID recorded, the run is gone only when the service that starts it is down; a parent
+    recorded by a runner on another host cannot be judged here and is left to that host."""
+    import socket
 
-    root = str(tmp_path / "home")
+    from flows.recovery import other_host, process_gone
+
+    root, here = str(tmp_path / "home"), socket.gethostname()
     sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
     ours = subprocess.Popen(sleep, env={**os.environ, "YOLOQ_HOME": root})
     other = subprocess.Popen(sleep, env={**os.environ, "YOLOQ_HOME": str(tmp_path / "other")})
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
     try:
-        assert not process_gone(f"host:{ours.pid}", root, starter_alive=False)
-        assert process_gone(f"host:{other.pid}", root, starter_alive=True)
+        assert not process_gone(f"{here}:{ours.pid}", root, starter_alive=False)
+        assert process_gone(f"{here}:{other.pid}", root, starter_alive=True)
         assert process_gone(str(ended.pid), root, starter_alive=True)
         assert not process_gone(None, root, starter_alive=True)
         assert process_gone(None, root, starter_alive=False)
+        assert other_host(f"gpu-host-7:{ended.pid}") == "gpu-host-7"
+        assert other_host(f"{here}:{ended.pid}") is None and other_host(str(ended.pid)) is None
     finally:
         for proc in (ours, other):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.service
+def test_up_leaves_a_parent_of_another_hosts_runner_alone(yoloq_stack):
+    """On a cluster a job's parent may run in the job runner of another host: `yoloq up`
+    here cannot see that process, so it names the host and resets nothing (its PID, which
+    is dead on this host, would otherwise start a second parent)."""
+    from prefect.states import Cancelled, Running
+
+    from flows.recovery import recover_interrupted
+    from yoloq.settings import JOB_DEPLOYMENT
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with _client() as client:
+        deployment = client.read_deployment_by_name(JOB_DEPLOYMENT)
+        run = client.create_flow_run_from_deployment(
+            deployment.id, parameters={"spec": {}, "job_id": "elsewhere"}, state=Running(),
+            name=f"guard-{uuid.uuid4().hex[:6]}")
+        client.update_flow_run(run.id, infrastructure_pid=f"gpu-host-7:{dead.pid}")
+        try:
+            said: list[str] = []
+            recover_interrupted(said.append, runner_alive=True, worker_alive=True)
+            assert client.read_flow_run(run.id).state.is_running()
+            assert any("gpu-host-7" in line for line in said), said
+        finally:
+            client.set_flow_run_state(run.id, Cancelled(), force=True)
