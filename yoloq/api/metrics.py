@@ -29,6 +29,21 @@ _LOG = logging.getLogger("yoloq.api.metrics")
 router = APIRouter(include_in_schema=False)
 
 
+class Scrape:
+    """One scrape's reads, shared by the sources (the queue is read once)."""
+
+    def __init__(self, client: Any, now: float) -> None:
+        self.client, self.now = client, now
+        self._rows: list[dict[str, Any]] | None = None
+
+    def queue(self) -> list[dict[str, Any]]:
+        from yoloq.queueview import queue_rows
+
+        if self._rows is None:
+            self._rows = queue_rows(self.client)
+        return self._rows
+
+
 class YoloqCollector:
     """Reads Prefect (and MLflow) once per scrape; a source that fails is logged and shows as
     `yoloq_scrape_source_up{source=...} 0` instead of its metrics."""
@@ -40,9 +55,10 @@ class YoloqCollector:
         up = GaugeMetricFamily("yoloq_scrape_source_up", "1 when the source could be read in this "
                                "scrape, 0 when it failed (see the API server's log)", labels=["source"])
         with get_client(sync_client=True) as client:
+            scrape = Scrape(client, now)
             for source, reader in _SOURCES:
                 try:
-                    yield from reader(client, now)
+                    yield from reader(scrape)
                     up.add_metric([source], 1)
                 except Exception as exc:  # noqa: BLE001 (one source failing must not hide the rest)
                     _LOG.error("metrics source %s failed: %s: %s", source, exc.__class__.__name__, exc)
@@ -50,7 +66,8 @@ class YoloqCollector:
         yield up
 
 
-def _nodes(client: Any, now: float) -> Iterator[Metric]:
+def _nodes(scrape: Scrape) -> Iterator[Metric]:
+    client, now = scrape.client, scrape.now
     from work_pools.nodes import NODE_VARIABLE_PREFIX, from_value
     from work_pools.pool_scheduler import assignment
 
@@ -73,13 +90,11 @@ def _nodes(client: Any, now: float) -> Iterator[Metric]:
     yield from (slots, used, alive, age)
 
 
-def _queue(client: Any, now: float) -> Iterator[Metric]:
-    from yoloq.queueview import queue_rows
-
+def _queue(scrape: Scrape) -> Iterator[Metric]:
     tiers = [t.label for t in Tier]
     waiting = dict.fromkeys(tiers, 0)
     running = dict.fromkeys(tiers, 0)
-    for row in queue_rows(client):
+    for row in scrape.queue():
         (running if row["state"] == "running" else waiting)[row["tier"]] += 1
     length = GaugeMetricFamily("yoloq_queue_length", "Segments waiting for a GPU", labels=["tier"])
     active = GaugeMetricFamily("yoloq_running_segments", "Segments running (or starting)", labels=["tier"])
@@ -89,14 +104,14 @@ def _queue(client: Any, now: float) -> Iterator[Metric]:
     yield from (length, active)
 
 
-def _segments(client: Any, now: float) -> Iterator[Metric]:
+def _segments(scrape: Scrape) -> Iterator[Metric]:
     """Wait times (queued -> started), durations and preemptions of recent segments, per tier."""
     from work_pools.segments import segment_view
 
     waits: dict[str, list[float]] = {t.label: [] for t in Tier}
     lengths: dict[str, list[float]] = {t.label: [] for t in Tier}
     preempted = {t.label: 0 for t in Tier}
-    for run in _recent_segments(client, now):
+    for run in _recent_segments(scrape.client, scrape.now):
         tier = segment_view(run).tier.label
         queued = run.expected_start_time or run.created
         waits[tier].append(max(0.0, (run.start_time - queued).total_seconds()))
@@ -128,10 +143,10 @@ def _le(bound: float) -> str:
     return str(float(bound))
 
 
-def _scheduler(client: Any, now: float) -> Iterator[Metric]:
+def _scheduler(scrape: Scrape) -> Iterator[Metric]:
     from work_pools.lease import STATS_VARIABLE
 
-    variable = client.read_variable_by_name(STATS_VARIABLE)
+    variable = scrape.client.read_variable_by_name(STATS_VARIABLE)
     stats = variable.value if variable is not None and isinstance(variable.value, dict) else {}
     decide = GaugeMetricFamily("yoloq_scheduler_decide_seconds", "Time of one policy decision "
                                "(quantile over the leader's recent passes)", labels=["quantile"])
@@ -146,18 +161,18 @@ def _scheduler(client: Any, now: float) -> Iterator[Metric]:
     age = GaugeMetricFamily("yoloq_scheduler_stats_age_seconds", "Seconds since the leader last "
                             "published its stats")
     if "at" in stats:
-        age.add_metric([], max(0.0, now - float(stats["at"])))
+        age.add_metric([], max(0.0, scrape.now - float(stats["at"])))
     yield from (decide, passes, age)
 
 
-def _usage(client: Any, now: float) -> Iterator[Metric]:
+def _usage(scrape: Scrape) -> Iterator[Metric]:
     from yoloq.api.web_data import usage
 
     spent = GaugeMetricFamily("yoloq_team_usage_tu", "Training Units spent in the team's current "
                               "quota period", labels=["team", "period"])
     quota = GaugeMetricFamily("yoloq_team_quota_tu", "The team's quota per period", labels=["team", "period"])
     week = GaugeMetricFamily("yoloq_team_usage_7d_tu", "Training Units over the last 7 days", labels=["team"])
-    for row in usage(client, now):
+    for row in usage(scrape.client, scrape.now):
         spent.add_metric([row.team, row.period], row.spent_tu)
         week.add_metric([row.team], row.week_tu)
         if row.quota_tu is not None:
@@ -165,15 +180,14 @@ def _usage(client: Any, now: float) -> Iterator[Metric]:
     yield from (spent, quota, week)
 
 
-def _job_map(client: Any, now: float) -> Iterator[Metric]:
+def _job_map(scrape: Scrape) -> Iterator[Metric]:
     """Latest mAP50-95 of each job with a segment running or waiting (one MLflow query)."""
     from mlflow.tracking import MlflowClient
 
     from yoloq import settings
-    from yoloq.queueview import queue_rows
     from yoloq.tracking import TAG_JOB_ID
 
-    teams = {row["job"]: row["team"] for row in queue_rows(client)}
+    teams = {row["job"]: row["team"] for row in scrape.queue()}
     family = GaugeMetricFamily("yoloq_job_map50_95", "Latest validation mAP50-95 of an active job",
                                labels=["job", "team"])
     if teams:

@@ -1,0 +1,118 @@
+"""`/metrics` scraped by a real Prometheus server (Debian's package, started here on loopback
+with a generated config, 1 s scrape interval): while one job holds the session stack's only
+slot (frozen inside its epoch) and a second waits, PromQL over Prometheus's HTTP API returns
+a queue length of one and one busy slot out of one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec, yoloq
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def prometheus(yoloq_stack, tmp_path):
+    """A Prometheus server scraping the stack's API server; yields its base URL."""
+    binary = shutil.which("prometheus")
+    assert binary, "the prometheus binary is missing: apt-get install -y prometheus (see .ci/run)"
+    target = urlsplit(yoloq_stack.rest_url).netloc
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"""global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: yoloq
+    metrics_path: /metrics
+    static_configs:
+      - targets: ["{target}"]
+""")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "prometheus.log", "w") as log:
+        proc = subprocess.Popen([binary, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: _ready(url), "Prometheus to be ready", timeout_s=60)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/-/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def query(url: str, promql: str) -> list[dict]:
+    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(promql)}",
+                                timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def _value(url: str, promql: str) -> float | None:
+    result = query(url, promql)
+    return float(result[0]["value"][1]) if result else None
+
+
+def _submit(spec) -> str:
+    out = yoloq("submit", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["job_id"]
+
+
+def _training(job_id: str):
+    from prefect.client.orchestration import get_client
+
+    from work_pools.processes import recorded_pid
+    from yoloq.jobs import segments_of
+
+    with get_client(sync_client=True) as client:
+        running = [s for s in segments_of(client, job_id) if s.state and s.state.is_running()]
+    return running[0].id if running and recorded_pid(running[0].id) is not None else None
+
+
+def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus, tiny_dataset, tmp_path):
+    tag = uuid.uuid4().hex[:4]
+    first = _submit(write_spec(tmp_path / "a.yaml", tiny_dataset, name=f"prom-a-{tag}", epochs=1))
+    pid = freeze(wait_for(lambda: _training(first), f"{first} training", timeout_s=600))
+    second = None
+    try:
+        second = _submit(write_spec(tmp_path / "b.yaml", tiny_dataset, name=f"prom-b-{tag}", epochs=1))
+        wait_for(lambda: _value(prometheus, 'yoloq_queue_length{tier="normal"}') == 1,
+                 "Prometheus to see one waiting segment", timeout_s=300)
+        assert _value(prometheus, "sum(yoloq_queue_length)") == 1
+        assert _value(prometheus, "sum(yoloq_gpu_slots)") == 1  # the stack declares one slot
+        assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
+        assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
+        assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
+        assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
+    finally:
+        thaw(pid)
+        for job in filter(None, (first, second)):
+            yoloq("cancel", job, "--reason", "metrics test done")
+        for job in filter(None, (first, second)):
+            wait_final(job, timeout_s=600)
