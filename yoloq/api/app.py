@@ -27,6 +27,10 @@ def create_app() -> FastAPI:
     app.include_router(cluster.router, prefix="/v1")
     app.include_router(teams_routes.router, prefix="/v1")
     # Other front doors (web page, /metrics, logs) add their include_router lines below.
+    from yoloq.api import metrics, web
+
+    app.include_router(web.router)
+    app.include_router(metrics.router)
     return app
 
 
