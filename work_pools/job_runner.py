@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from prefect.exceptions import Abort, Pause
 from prefect.workers.process import ProcessWorker, ProcessWorkerResult
 
@@ -89,6 +90,19 @@ with warnings.catch_warnings():  # it takes over the `process` type in this proc
                 self._submit_slots = asyncio.Semaphore(starting_limit())
             async with self._submit_slots:
                 await super()._submit_run(flow_run)
+
+        async def _get_scheduled_flow_runs(self) -> list[Any]:
+            """Prefect's poll of the jobs pool. An API that answers 5xx or cannot be reached (its
+            database restarting) is waited out here: Prefect's service loop would otherwise stop
+            the runner, and every waiting parent with it, after about 45 s of failed polls."""
+            try:
+                return await super()._get_scheduled_flow_runs()
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
+                    raise
+                self._logger.warning("polling the jobs pool failed (%s); polling on",
+                                     " ".join(str(exc).split())[:200])
+                return []
 
         async def _give_worker_labels_to_flow_run(self, flow_run_id: Any) -> None:
             """The worker's labels on the run are informative: a busy server refusing them
