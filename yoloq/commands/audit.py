@@ -7,7 +7,7 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 
-from yoloq.commands._client import print_json, stack_client, table
+from yoloq.commands._client import backend, print_json, table
 from yoloq.errors import UserError
 
 
@@ -35,8 +35,11 @@ def run(args: argparse.Namespace) -> int:
     from yoloq.auditlog import read_audit
 
     since = parse_since(args.since)
-    with stack_client() as client:
-        rows = read_audit(client, since=since, job_id=args.job, team=args.team)
+    with backend() as where:
+        if where.remote is not None:
+            rows = where.remote.get("/audit", since=since.isoformat(), team=args.team, job=args.job)
+        else:
+            rows = read_audit(where.client, since=since, job_id=args.job, team=args.team)
     if args.json:
         print_json(rows)
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import print_json, stack_client
+from yoloq.commands._client import backend, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,13 +16,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from yoloq.jobs import find_job
 
-    with stack_client() as client:
-        job = find_job(client, args.job)
-        targets = cancel_job(client, job, args.reason)
+    with backend() as where:
+        if where.remote is not None:
+            result = where.remote.delete(f"/jobs/{args.job}", reason=args.reason)
+        else:
+            job = find_job(where.client, args.job)
+            targets = cancel_job(where.client, job, args.reason)
+            result = {"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets],
+                      "reason": args.reason}
     if args.json:
-        print_json({"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets], "reason": args.reason})
+        print_json(result)
         return 0
-    print(f"cancelling {job.job_id} ({len(targets)} run(s))")
+    print(f"cancelling {result['job_id']} ({len(result['cancelling_runs'])} run(s))")
     return 0
 
 

@@ -1,11 +1,12 @@
 """`yoloq history JOB [--json]`: the job's timeline from its runs and audit events, with one
-`trained` row per epoch training from the epoch ledger (a repeated epoch shows twice)."""
+`trained` row per epoch training from the epoch ledger (a repeated epoch shows twice).
+From this host's stack, or the configured yoloq server (`GET /v1/jobs/{id}`'s history)."""
 
 from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import print_json, stack_client, table
+from yoloq.commands._client import backend, print_json, table
 from yoloq.errors import UserError
 
 
@@ -17,8 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from yoloq.timeline import job_timeline
 
-    with stack_client() as client:
-        rows = job_timeline(client, args.job)
+    with backend() as where:
+        if where.remote is not None:
+            rows = _local_times(where.remote.get(f"/jobs/{args.job}")["history"])
+        else:
+            rows = job_timeline(where.client, args.job)
     if not rows:
         raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
     if args.json:
@@ -26,3 +30,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table(rows, ["time", "what", "detail"]))
     return 0
+
+
+def _local_times(rows: list[dict]) -> list[dict]:
+    """Times as the local command prints them (datetimes, not the API's ISO strings)."""
+    from datetime import datetime
+
+    return [{**row, "time": datetime.fromisoformat(row["time"])} if isinstance(row.get("time"), str) else row
+            for row in rows]

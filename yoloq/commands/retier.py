@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import print_json, stack_client
+from yoloq.commands._client import backend, print_json
 from yoloq.errors import UserError
 from yoloq.tiers import TIER_NAMES
 
@@ -20,15 +20,19 @@ def run(args: argparse.Namespace) -> int:
     from yoloq.jobs import find_job
     from yoloq.policy_config import check_submit_allowed
 
-    with stack_client() as client:
-        job = find_job(client, args.job)
-        check_open(job)
-        check_submit_allowed(retiered_spec(job, args.tier))
-        apply_tier(client, job, args.tier, args.reason)
+    with backend() as where:
+        if where.remote is not None:
+            result = where.remote.post(f"/jobs/{args.job}/tier", {"tier": args.tier, "reason": args.reason})
+        else:
+            job = find_job(where.client, args.job)
+            check_open(job)
+            check_submit_allowed(retiered_spec(job, args.tier))
+            apply_tier(where.client, job, args.tier, args.reason)
+            result = {"job_id": job.job_id, "old_tier": job.tier, "new_tier": args.tier, "reason": args.reason}
     if args.json:
-        print_json({"job_id": job.job_id, "old_tier": job.tier, "new_tier": args.tier, "reason": args.reason})
+        print_json(result)
         return 0
-    print(f"{job.job_id}: {job.tier} -> {args.tier}")
+    print(f"{result['job_id']}: {result['old_tier']} -> {result['new_tier']}")
     return 0
 
 

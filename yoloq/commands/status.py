@@ -1,30 +1,55 @@
-"""`yoloq status [JOB] [--json]`: jobs, their state and epoch progress."""
+"""`yoloq status [JOB] [--json] [--watch]`: jobs, their state and epoch progress (this host's
+stack, or the configured yoloq server)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from yoloq.commands._client import print_json, stack_client, table
+from yoloq.commands._client import (
+    add_watch_arguments,
+    backend,
+    print_json,
+    table,
+    watch,
+)
 from yoloq.errors import UserError
+
+_FIELDS = ("job_id", "team", "tier", "state", "epochs", "epochs_done", "segments", "preemptions", "flow_run_id")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", help="a job id (default: all jobs)")
     parser.add_argument("--json", action="store_true")
+    add_watch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.jobs import list_jobs
-
-    with stack_client() as client:
-        jobs = list_jobs(client, args.job)
-    if args.job and not jobs:
-        raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
-    rows = [j.to_dict() for j in jobs]
+    with backend() as where:
+        if args.watch:
+            return watch(lambda: render(job_rows(where, args.job), args.job), args.interval, args.count)
+        rows = job_rows(where, args.job)
     if args.json:
         print_json(rows[0] if args.job else rows)
         return 0
-    for row in rows:
-        row["progress"] = f"{row['epochs_done']}/{row['epochs']}"
-    print(table(rows, ["job_id", "team", "tier", "state", "progress", "segments", "preemptions"]))
+    print(render(rows, args.job))
     return 0
+
+
+def job_rows(where: Any, job_id: str | None) -> list[dict[str, Any]]:
+    """The jobs as `JobRecord.to_dict()` rows, from the server or the local stack."""
+    if where.remote is not None:
+        found = [where.remote.get(f"/jobs/{job_id}")] if job_id else where.remote.get("/jobs")
+        rows = [{k: row.get(k) for k in _FIELDS} for row in found]
+    else:
+        from yoloq.jobs import list_jobs
+
+        rows = [j.to_dict() for j in list_jobs(where.client, job_id)]
+    if job_id and not rows:
+        raise UserError("job", f"no job named {job_id!r}", "list jobs with `yoloq status`")
+    return rows
+
+
+def render(rows: list[dict[str, Any]], job_id: str | None) -> str:
+    shown = [{**row, "progress": f"{row['epochs_done']}/{row['epochs']}"} for row in rows]
+    return table(shown, ["job_id", "team", "tier", "state", "progress", "segments", "preemptions"])

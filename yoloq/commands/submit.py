@@ -70,6 +70,13 @@ class Job:
 
 def run(args: argparse.Namespace) -> int:
     from yoloq import sweep
+    from yoloq.remote import remote
+
+    server = None if args.dry_run else remote()
+    if server is not None:  # a yoloq server is configured: it analyses, checks and creates
+        from yoloq.commands._remote_submit import submit_remote
+
+        return submit_remote(args, server)
 
     paths, overrides = sweep.split_items(args.items)
     jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]

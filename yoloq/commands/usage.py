@@ -11,7 +11,7 @@ import re
 import sys
 import time
 
-from yoloq.commands._client import print_json, stack_client, table
+from yoloq.commands._client import backend, print_json, table
 from yoloq.errors import UserError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -34,8 +34,11 @@ def parse_since(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     window = parse_since(args.since)
-    with stack_client():
-        rows = usage_rows(window, args.team)
+    with backend() as where:
+        if where.remote is not None:
+            rows = where.remote.get("/usage", since=args.since, team=args.team)["rows"]
+        else:
+            rows = usage_rows(window, args.team)
     if args.json:
         print_json(rows)
     elif args.csv:

@@ -1,0 +1,155 @@
+"""The CLI from another machine: `yoloq login` and the user commands through the session stack's
+REST API over real HTTP, with no state folder and no Prefect address on the client side (a local
+call would fail). Also `--watch` redraws, `yoloq logs --follow` of a real job, and the
+PREFECT_API_URL a user sets being the address the local commands use."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from stack_helpers import wait_final, write_spec
+
+pytestmark = [pytest.mark.service, pytest.mark.training]
+
+
+def run_cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yoloq.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=False)
+
+
+def one_line_error(out: subprocess.CompletedProcess, *needles: str) -> str:
+    assert out.returncode == 2, (out.returncode, out.stdout[-500:], out.stderr[-1500:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-1500:]
+    assert all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def team(yoloq_stack) -> tuple[str, str]:
+    """A team added with `yoloq team add` on the server host; (name, token from the last line)."""
+    name = f"remote-{uuid.uuid4().hex[:6]}"
+    added = run_cli(dict(os.environ), "team", "add", name)
+    assert added.returncode == 0, added.stderr
+    return name, added.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def client_env(yoloq_stack, tmp_path_factory) -> dict[str, str]:
+    """Another machine's environment: its own config folder, no state folder, no Prefect address."""
+    home = tmp_path_factory.mktemp("elsewhere")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PREFECT_", "YOLOQ_PORT", "YOLOQ_API", "YOLOQ_SERVER", "YOLOQ_TOKEN"))}
+    env.update(XDG_CONFIG_HOME=str(home / "config"), YOLOQ_HOME=str(home / "no-state-here"))
+    return env
+
+
+@pytest.fixture(scope="module")
+def logged_in(yoloq_stack, client_env, team) -> dict[str, str]:
+    out = run_cli(client_env, "login", yoloq_stack.rest_url, "--token", team[1])
+    assert out.returncode == 0, out.stderr
+    assert f"as team {team[0]}" in out.stdout
+    return client_env
+
+
+def test_login_checks_the_token_and_saves_it_owner_only(yoloq_stack, client_env, team, logged_in):
+    saved = Path(client_env["XDG_CONFIG_HOME"]) / "yoloq" / "credentials.toml"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert team[1] in saved.read_text() and yoloq_stack.rest_url in saved.read_text()
+    other = {**client_env, "XDG_CONFIG_HOME": str(saved.parents[2] / "other-config")}
+    one_line_error(run_cli(other, "login", yoloq_stack.rest_url, "--token", "yq_bad_token"),
+                   "refused the token", "yoloq login")
+    assert not (Path(other["XDG_CONFIG_HOME"]) / "yoloq" / "credentials.toml").exists(), "nothing saved"
+
+
+def test_wrong_token_and_unreachable_server_are_one_line_errors(yoloq_stack, client_env):
+    from yoloq.stack import free_port
+
+    wrong = {**client_env, "YOLOQ_SERVER": yoloq_stack.rest_url, "YOLOQ_TOKEN": "yq_nope_nope"}
+    for command in (["queue"], ["status"], ["cancel", "nojob"], ["logs", "nojob"]):
+        one_line_error(run_cli(wrong, *command), "token", "401", "yoloq login")
+    dead = {**wrong, "YOLOQ_SERVER": f"http://127.0.0.1:{free_port()}"}
+    one_line_error(run_cli(dead, "queue"), "no yoloq server answers", dead["YOLOQ_SERVER"])
+
+
+def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, team, tiny_dataset, tmp_path):
+    spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-cancel", team=team[0],
+                      priority="low", epochs=3, segment_epochs=1)
+    out = run_cli(logged_in, "submit", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    submitted = json.loads(out.stdout)
+    job_id = submitted["job_id"]
+    assert submitted["analysis"]["name"] == "remote-cancel" and submitted["source"] == str(spec)
+
+    status = json.loads(run_cli(logged_in, "status", job_id, "--json").stdout)
+    assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 3
+    listing = run_cli(logged_in, "status")
+    assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
+    assert run_cli(logged_in, "queue", "--json").returncode == 0
+
+    cancelled = run_cli(logged_in, "cancel", job_id, "--reason", "remote test")
+    assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"cancelling {job_id} ("), cancelled.stderr
+    final = wait_final(job_id, 300, cli=lambda *a: run_cli(logged_in, *a))
+    assert final["state"] == "Cancelled", final
+    history = run_cli(logged_in, "history", job_id)
+    assert history.returncode == 0 and "submitted" in history.stdout, history.stderr
+    audit = json.loads(run_cli(logged_in, "audit", "--job", job_id, "--json").stdout)
+    events = {row["event"]: row for row in audit}
+    assert {"yoloq.job.submitted", "yoloq.job.cancelled"} <= events.keys(), audit
+    assert events["yoloq.job.cancelled"]["actor"].startswith(team[0]), "the token's team acted"
+
+    other = {**logged_in, "YOLOQ_TOKEN": "yq_other_token"}  # env wins over the saved token
+    one_line_error(run_cli(other, "status", job_id), "401")
+
+
+def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tiny_dataset, tmp_path):
+    spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-logs", team=team[0], epochs=1,
+                      segment_epochs=1, export=[])
+    job_id = json.loads(run_cli(logged_in, "submit", str(spec), "--json").stdout)["job_id"]
+    followed = run_cli(logged_in, "logs", job_id, "--follow", "--interval", "1", timeout=900)
+    assert followed.returncode == 0, followed.stderr
+    assert "epoch 1 done" in followed.stdout and f"{job_id}-" in followed.stdout, followed.stdout[-3000:]
+    lines = followed.stdout.strip().splitlines()
+    assert len(lines) == len(set(lines)), "each line once"
+    local = subprocess.run([sys.executable, "-m", "yoloq.cli", "logs", job_id, "--json"], capture_output=True,
+                           text=True, timeout=300, check=False)  # on the server host: Prefect directly
+    assert local.returncode == 0, local.stderr
+    messages = [json.loads(line)["message"] for line in local.stdout.splitlines()]
+    assert any("epoch 1 done" in m for m in messages)
+
+
+def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, logged_in):
+    remote = run_cli(logged_in, "queue", "--watch", "--interval", "0.5", "--count", "3")
+    assert remote.returncode == 0 and remote.stdout.count("every 0.5s") == 3, remote.stdout + remote.stderr
+    local = run_cli(dict(os.environ), "status", "--watch", "--interval", "0.5", "--count", "2")
+    assert local.returncode == 0 and local.stdout.count("JOB_ID") == 2, local.stdout + local.stderr
+
+    proc = subprocess.Popen([sys.executable, "-m", "yoloq.cli", "queue", "--watch", "--interval", "0.3"],
+                            env=logged_in, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.monotonic() + 120
+    while seen.count("every 0.3s") < 2 and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert seen.count("every 0.3s") >= 2, seen
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client_env):
+    """The reported bug: `PREFECT_API_URL=... yoloq queue` answered about 127.0.0.1:4210."""
+    from yoloq.stack import free_port
+
+    there = run_cli({**client_env, "PREFECT_API_URL": yoloq_stack.api_url}, "queue", "--json")
+    assert there.returncode == 0 and isinstance(json.loads(there.stdout), list), there.stderr
+    dead = f"http://127.0.0.1:{free_port()}/api"
+    one_line_error(run_cli({**client_env, "PREFECT_API_URL": dead}, "queue"), dead, "PREFECT_API_URL")

@@ -1,0 +1,63 @@
+"""`yoloq submit` through a yoloq server: the specs and sweeps are read and checked here, then
+each job is `POST /v1/jobs`; the server analyses it (its dataset path is the server's), checks
+the team and its tier cap, and creates it. The output is the local command's, line for line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from yoloq.errors import UserError
+
+
+class RemoteAnalysis(dict):
+    """The analysis the server returned, read like the local `Analysis` by the printer."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+
+def submit_remote(args: argparse.Namespace, remote: Any) -> int:
+    from yoloq import sweep
+    from yoloq.commands.submit import Job, _print_job, _stop_if_bad, batch_error
+
+    paths, overrides = sweep.split_items(args.items)
+    jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]
+    single = len(jobs) == 1
+    _stop_if_bad(jobs, args.keep_going, single)
+    if args.gpu:
+        print(f"note: --gpu {args.gpu} is not used: the server checks the fit against its live nodes",
+              file=sys.stderr)
+    with remote:
+        for job in (j for j in jobs if j.error is None):
+            _post(remote, job)
+            if job.result is not None:
+                _print_job(job, args.json, dry_run=False, single=single)
+            elif not args.keep_going:
+                break
+    bad = [job for job in jobs if job.error is not None]
+    created = sum(1 for job in jobs if job.result)
+    if bad:
+        raise batch_error(bad, single, created=created)
+    if not single and not args.json:
+        print(f"submitted {created} jobs; follow them with `yoloq queue`")
+    return 0
+
+
+def _post(remote: Any, job: Any) -> None:
+    """Create one job on the server; a refusal becomes the job's error."""
+    try:
+        answer = remote.post("/jobs", job.spec.model_dump(mode="json"))
+    except UserError as exc:
+        job.error = exc
+        return
+    job.analysis = RemoteAnalysis(answer.get("analysis") or {})
+    job.result = {"job_id": answer["job_id"], "fit": answer.get("fit"), "notes": answer.get("notes", []),
+                  "position": answer.get("position"), "eta": answer.get("eta")}
