@@ -31,6 +31,9 @@ def create_app() -> FastAPI:
 
     app.include_router(web.router)
     app.include_router(metrics.router)
+    from yoloq.api import logs
+
+    app.include_router(logs.router, prefix="/v1")  # job logs and the audit log
     return app
 
 
