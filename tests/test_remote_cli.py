@@ -96,6 +96,10 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
     assert run_cli(logged_in, "queue", "--json").returncode == 0
 
+    intruder = run_cli(dict(os.environ), "team", "add", f"{team[0]}-other").stdout.strip().splitlines()[-1]
+    one_line_error(run_cli({**logged_in, "YOLOQ_TOKEN": intruder}, "cancel", job_id), "403", team[0])
+    assert "Cancel" not in json.loads(run_cli(logged_in, "status", job_id, "--json").stdout)["state"]
+
     cancelled = run_cli(logged_in, "cancel", job_id, "--reason", "remote test")
     assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"cancelling {job_id} ("), cancelled.stderr
     final = wait_final(job_id, 300, cli=lambda *a: run_cli(logged_in, *a))
@@ -131,7 +135,7 @@ def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, lo
     remote = run_cli(logged_in, "queue", "--watch", "--interval", "0.5", "--count", "3")
     assert remote.returncode == 0 and remote.stdout.count("every 0.5s") == 3, remote.stdout + remote.stderr
     local = run_cli(dict(os.environ), "status", "--watch", "--interval", "0.5", "--count", "2")
-    assert local.returncode == 0 and local.stdout.count("JOB_ID") == 2, local.stdout + local.stderr
+    assert local.returncode == 0 and local.stdout.count("every 0.5s") == 2, local.stdout + local.stderr
 
     proc = subprocess.Popen([sys.executable, "-m", "yoloq.cli", "queue", "--watch", "--interval", "0.3"],
                             env=logged_in, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -145,10 +149,11 @@ def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, lo
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
-def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client_env):
+def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client_env, tmp_path):
     """The reported bug: `PREFECT_API_URL=... yoloq queue` answered about 127.0.0.1:4210."""
     from yoloq.stack import free_port
 
+    client_env = {**client_env, "XDG_CONFIG_HOME": str(tmp_path / "no-login")}  # no yoloq server
     there = run_cli({**client_env, "PREFECT_API_URL": yoloq_stack.api_url}, "queue", "--json")
     assert there.returncode == 0 and isinstance(json.loads(there.stdout), list), there.stderr
     dead = f"http://127.0.0.1:{free_port()}/api"
