@@ -4,8 +4,10 @@ A parent waiting for its segment used to read that run once a second, each in it
 process: N waiting jobs cost N API reads a second. Inside the job runner the parents are
 threads, and they hand their wait to this watch instead: one thread reads every watched run
 that has reached a final state, in batches of `BATCH` ids per request, once per `PERIOD_S`,
-and wakes the parents whose runs are final. Outside the runner (`shared_watch()` is None)
-a parent polls by itself as before.
+and wakes the parents whose runs are final. It does not wait out its period when Prefect's
+event stream says a watched run turned final (`work_pools.events_wake`): the event triggers
+the read at once, and the periodic read stays as the fallback for missed events. Outside the
+runner (`shared_watch()` is None) a parent polls by itself as before.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
+
+from work_pools import events_wake
 
 PERIOD_S = 1.0
 BATCH = 200
@@ -44,8 +48,13 @@ class SegmentWatch:
     """Waiters register a flow-run id and block; one thread reads the final ones and wakes them."""
 
     def __init__(self, period_s: float = PERIOD_S, batch: int = BATCH,
-                 on_wait: Callable[[], None] | None = None) -> None:
+                 on_wait: Callable[[], None] | None = None, events: bool | None = None) -> None:
         self.period_s, self.batch, self.on_wait = period_s, batch, on_wait
+        self.events = events_wake.enabled() if events is None else events
+        self.event_wakes = 0    # waiters woken by a read that an event triggered
+        self.poll_wakes = 0     # waiters woken by the periodic read
+        self._kick = threading.Event()
+        self._listener: events_wake.ListenerThread | None = None
         self._waiters: dict[UUID, list[_Waiter]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -53,9 +62,23 @@ class SegmentWatch:
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="segment-watch", daemon=True).start()
+        if self.events:
+            self._listener = events_wake.ListenerThread(events_wake.run_state_filter(),
+                                                        self._on_event).start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
+        if self._listener is not None:
+            self._listener.stop()
+
+    def _on_event(self, event: Any) -> None:
+        if events_wake.state_type(event) not in events_wake.FINAL_TYPES:
+            return
+        with self._lock:
+            watched = events_wake.run_id(event) in self._waiters
+        if watched:
+            self._kick.set()
 
     def watched(self) -> int:
         with self._lock:
@@ -74,9 +97,17 @@ class SegmentWatch:
         return waiter.run
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
+        while not self._stop.is_set():
+            kicked = self._kick.wait(self.period_s)
+            self._kick.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.poll_once()
+                woken = self.poll_once()
+                if kicked:
+                    self.event_wakes += woken
+                else:
+                    self.poll_wakes += woken
             except Exception as exc:  # the API is down or slow: keep the waiters, try again
                 self._log.warning("reading waited-for segment runs failed (%s); retrying",
                                   " ".join(str(exc).split())[:300])
@@ -99,8 +130,12 @@ class SegmentWatch:
 
 def _read_final(ids: list[UUID]) -> list[Any]:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, FlowRunFilterState,
-                                                FlowRunFilterStateType)
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
     from prefect.client.schemas.objects import StateType
 
     flt = FlowRunFilter(id=FlowRunFilterId(any_=ids), state=FlowRunFilterState(

@@ -29,7 +29,7 @@ from prefect.workers.base import (
     BaseWorkerResult,
 )
 
-from work_pools import nodes, processes
+from work_pools import events_wake, nodes, processes
 from work_pools.inventory import GpuInfo, inventory
 from work_pools.lease import SchedulerLease, lease_seconds, publish_stats
 from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
@@ -99,6 +99,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._stats_at = 0.0
         self._stopping = False
         self.last_pass: PassResult | None = None
+        self.wake = events_wake.WakeStats()
+        self._wake_scope: anyio.CancelScope | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -113,9 +115,16 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                           ", ".join(f"{g.index}:{g.name} {g.mem_total_gb:.0f}GB" for g in self._gpus))
         await self._fail_leftovers()
         await self._heartbeat()
+        self._pass_lock = anyio.Lock()
+        self._wake_event = anyio.Event()
+        self._wake_cause: tuple[str, float] | None = None
+        if events_wake.enabled():
+            self._runs_task_group.start_soon(self._wake_loop)
 
     async def teardown(self, *exc_info: Any) -> None:
         self._stopping = True
+        if self._wake_scope is not None:
+            self._wake_scope.cancel()
         await self._stop_all_segments("node agent shutting down")
         if getattr(self, "_starter", None) is not None:
             self._starter.close()
@@ -126,7 +135,45 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             self._logger.warning("could not leave the pool cleanly: %s", exc)
         await super().teardown(*exc_info)
 
-    # -- one poll ----------------------------------------------------------------
+    # -- one poll, started by the poll loop or by an event -------------------------
+
+    async def get_and_submit_flow_runs(self) -> list[Any]:
+        """One pass at a time, whether the poll loop or an event started it."""
+        async with self._pass_lock:
+            cause, self._wake_cause = self._wake_cause, None
+            if cause is None:
+                self.wake.poll_passes += 1
+            else:
+                self.wake.record_event(*cause)
+            return await super().get_and_submit_flow_runs()
+
+    async def _wake_loop(self) -> None:
+        """Run a pass as soon as an event says a segment is pending or a slot is free."""
+        with anyio.CancelScope() as scope:
+            self._wake_scope = scope
+            async with anyio.create_task_group() as group:
+                group.start_soon(events_wake.listen,
+                                 events_wake.run_state_filter((events_wake.SLOT_FREED,)),
+                                 self._on_event, self._logger)
+                while True:
+                    await self._wake_event.wait()
+                    self._wake_event = anyio.Event()
+                    await self.get_and_submit_flow_runs()
+
+    def _on_event(self, event: Any) -> None:
+        if not events_wake.in_pool(event, self._work_pool_name):
+            return
+        if event.event != events_wake.SLOT_FREED and (
+                events_wake.state_type(event) not in events_wake.WAKE_TYPES):
+            return
+        self._kick(event.event, event.occurred.timestamp())
+
+    def _kick(self, cause: str, occurred: float) -> None:
+        if self._wake_scope is None or self._stopping:
+            return
+        self._wake_cause = self._wake_cause or (cause, occurred)
+        self._wake_event.set()
+
 
     async def _submit_scheduled_flow_runs(self, flow_run_response: list[Any]) -> list[Any]:
         """Replace Prefect's first-come submission: heartbeat, decide if leader, start ours."""
@@ -145,6 +192,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         await self._reload_policy(now)
         if await self._lease.hold(self.client):
             await self._lead(now)
+            flow_run_response = await self._with_fresh_assignments(flow_run_response)
         started = await self._start_assigned(flow_run_response)
         await self._enforce_grace(time.time())
         await self._enforce_cancellations(time.time())
@@ -166,7 +214,21 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         if now - self._stats_at >= STATS_EVERY_S:
             self._stats_at = now
             await publish_stats(self.client, {**self._scheduler.stats(), "holder": self.node_name,
-                                              "at": now})
+                                              "at": now, "wake": self.wake.as_dict()})
+
+    async def _with_fresh_assignments(self, flow_run_response: list[Any]) -> list[Any]:
+        """Re-read the runs this pass just assigned to this node, so they start in this pass
+        rather than at the next poll (their labels were written after the response was read)."""
+        mine = {i for i, (node, _) in (self.last_pass.assigned if self.last_pass else {}).items()
+                if node == self.node_name}
+        stale = [e for e in flow_run_response if e.flow_run.id in mine and assignment(e.flow_run) is None]
+        if not stale:
+            return flow_run_response
+        fresh = {r.id: r for r in await self.client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[e.flow_run.id for e in stale])))}
+        for entry in stale:
+            entry.flow_run = fresh.get(entry.flow_run.id, entry.flow_run)
+        return flow_run_response
 
     async def _start_assigned(self, flow_run_response: list[Any]) -> list[Any]:
         """Start the scheduled runs the scheduler assigned to this node (labels on the run)."""
@@ -308,7 +370,16 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         finally:
             processes.forget_pid(flow_run.id, self.node_name)
             self._release(flow_run.id)
+            self._slot_freed(flow_run.id)
         return YoloGpuWorkerResult(status_code=code, identifier=str(process.pid))
+
+    def _slot_freed(self, flow_run_id: UUID) -> None:
+        """A GPU came free here: schedule now, and tell the other nodes' scheduler."""
+        if self._wake_scope is None:
+            return
+        self._kick("segment process exited", time.time())
+        pool_id = getattr(self._work_pool, "id", None)
+        events_wake.emit_slot_freed(self.node_name, self._work_pool_name, pool_id, flow_run_id)
 
     def _visible_devices(self, gpus: tuple[int, ...]) -> str:
         real = [g for g in self._gpus if g.index in gpus and g.is_real]

@@ -1,0 +1,151 @@
+"""Wake a waiting loop from Prefect's event stream instead of at its next poll.
+
+The server emits `prefect.flow-run.<State>` for every state change (the resource carries
+`prefect.state-type`, the related resources the run's work pool). Two loops listen:
+
+- the `yolo-gpu` worker (`work_pools.worker`) runs a scheduling pass as soon as a segment
+  of its pool turns Scheduled (a new pending segment) or final (a freed slot), or a node
+  reports a freed slot (`SLOT_FREED`, emitted once a segment's process has exited);
+- the job runner's `SegmentWatch` reads a waited-for segment as soon as it turns final.
+
+Events can be missed (a reconnect, a slow server): both loops keep their poll as the
+fallback. `YOLOQ_WAKE=poll` turns the event wake off (bench/preemption.py compares both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+FINAL_TYPES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "CRASHED"})
+WAKE_TYPES = FINAL_TYPES | {"SCHEDULED"}
+SLOT_FREED = "yoloq.slot.freed"
+RETRY_S = 2.0
+_RUN_PREFIX = "prefect.flow-run."
+_LOG = logging.getLogger("yoloq.events_wake")
+
+
+def enabled() -> bool:
+    """Event wake on unless `YOLOQ_WAKE=poll`."""
+    return (os.environ.get("YOLOQ_WAKE") or "events").strip().lower() != "poll"
+
+
+def run_id(event: Any) -> UUID | None:
+    """The flow run an event is about, or None."""
+    rid = str(event.resource.id)
+    if not rid.startswith(_RUN_PREFIX):
+        return None
+    try:
+        return UUID(rid[len(_RUN_PREFIX):])
+    except ValueError:
+        return None
+
+
+def state_type(event: Any) -> str:
+    return str(event.resource.get("prefect.state-type") or "")
+
+
+def in_pool(event: Any, pool: str) -> bool:
+    return any(r.get("prefect.resource.role") == "work-pool" and r.get("prefect.resource.name") == pool
+               for r in event.related)
+
+
+def run_state_filter(extra: tuple[str, ...] = ()) -> Any:
+    """Flow-run state events (their state type is checked on arrival: the event's name
+    carries the state's own name, e.g. `Preempted`), plus the events named in `extra`."""
+    from prefect.events.filters import EventFilter, EventNameFilter
+
+    return EventFilter(event=EventNameFilter(prefix=[_RUN_PREFIX, *extra]))
+
+
+@dataclass
+class WakeStats:
+    """How passes were started: by an event (with its delay from the event) or by the poll."""
+
+    event_passes: int = 0
+    poll_passes: int = 0
+    delays_s: deque[float] = field(default_factory=lambda: deque(maxlen=500))
+    last_event: str = ""
+
+    def record_event(self, name: str, occurred: float) -> None:
+        self.event_passes += 1
+        self.last_event = name
+        self.delays_s.append(max(0.0, time.time() - occurred))
+
+    def as_dict(self) -> dict[str, Any]:
+        delays = sorted(self.delays_s)
+        p50 = round(1000 * delays[len(delays) // 2], 1) if delays else None
+        return {"event_passes": self.event_passes, "poll_passes": self.poll_passes,
+                "event_delay_ms_p50": p50, "last_event": self.last_event}
+
+
+async def listen(event_filter: Any, on_event: Callable[[Any], None],
+                 log: logging.Logger | logging.LoggerAdapter = _LOG,
+                 on_connect: Callable[[], None] | None = None) -> None:
+    """Forever: subscribe to the server's event stream and hand every event to `on_event`;
+    after a failure, wait `RETRY_S` and subscribe again (the caller's poll covers the gap)."""
+    from prefect.events.clients import get_events_subscriber
+
+    while True:
+        try:
+            async with get_events_subscriber(filter=event_filter.model_copy(deep=True),
+                                             reconnection_attempts=2) as subscriber:
+                if on_connect is not None:
+                    on_connect()
+                async for event in subscriber:
+                    on_event(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the server restarted or is busy: poll covers it meanwhile
+            log.warning("event stream lost (%s); polling until it is back",
+                        " ".join(str(exc).split())[:200])
+        await asyncio.sleep(RETRY_S)
+
+
+class ListenerThread:
+    """`listen` on a daemon thread with its own event loop (for the runner's sync world)."""
+
+    def __init__(self, event_filter: Any, on_event: Callable[[Any], None]) -> None:
+        self._filter, self._on_event = event_filter, on_event
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self.connected = threading.Event()  # set once the first subscription is up
+
+    def start(self) -> ListenerThread:
+        threading.Thread(target=self._run, name="events-wake", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._task = self._loop.create_task(listen(self._filter, self._on_event,
+                                                   on_connect=self.connected.set))
+        try:
+            self._loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+
+    def stop(self) -> None:
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+
+
+def emit_slot_freed(node: str, pool: str, pool_id: Any, flow_run_id: UUID) -> None:
+    """Tell every node's scheduler that a segment's process on `node` has exited."""
+    from prefect.events import emit_event
+
+    try:
+        emit_event(SLOT_FREED, resource={"prefect.resource.id": f"yoloq.node.{node}"},
+                   related=[{"prefect.resource.id": f"prefect.work-pool.{pool_id}",
+                             "prefect.resource.role": "work-pool", "prefect.resource.name": pool},
+                            {"prefect.resource.id": f"{_RUN_PREFIX}{flow_run_id}",
+                             "prefect.resource.role": "flow-run"}])
+    except Exception as exc:  # informative: the poll finds the free slot anyway
+        _LOG.debug("slot-freed event not sent: %s", exc)
