@@ -1,4 +1,4 @@
-"""ETA calibration (issue 13 item 3): conformal-style, per tier and load, pure."""
+"""ETA calibration (issue 13 item 3): conformal-style, from the nearest past predictions, pure."""
 
 from __future__ import annotations
 
@@ -7,8 +7,20 @@ import random
 
 import pytest
 
-from work_pools.policy.calibrate import (Calibrator, EtaRecord, apply, arrival_inflation,
-                                         calibrate, load_bucket)
+from work_pools.policy.calibrate import (
+    Calibrator,
+    EtaRecord,
+    apply,
+    arrival_inflation,
+    calibrate,
+    load_bucket,
+)
+
+
+def _fixed(n, predicted, ratio, tier=3, load=1800.0, arrivals=1.0):
+    """`n` records whose actual wait is `ratio` times the prediction (floor included)."""
+    return [EtaRecord(tier, load, predicted, (predicted + 60) * ratio - 60, arrivals=arrivals)
+            for _ in range(n)]
 
 
 def _records(n, bias, sigma, tier=3, load=1800.0, seed=0):
@@ -23,7 +35,7 @@ def _records(n, bias, sigma, tier=3, load=1800.0, seed=0):
 
 
 def test_too_few_records_leave_the_raw_interval():
-    interval = calibrate(_records(5, 2.0, 0.3), 3, 1800.0, 1000.0, 800.0, 1300.0)
+    interval = calibrate(_records(5, 2.0, 0.3), 3, 1800.0, 1000.0, 800.0, 1300.0)  # < 10
     assert (interval.wait_s, interval.low_s, interval.high_s, interval.records) == (
         1000.0, 800.0, 1300.0, 0)
 
@@ -44,22 +56,46 @@ def test_calibration_shifts_and_widens_to_about_80_percent():
     assert sorted(errors)[len(errors) // 2] < 0.7 * raw_errors[len(raw_errors) // 2]  # bias removed
 
 
-def test_scope_falls_back_from_tier_and_load_to_tier_to_all():
-    calibrator = Calibrator(min_records=20)
-    for record in _records(30, 2.0, 0.1, tier=3, load=100.0):
+def test_nearest_records_decide_short_and_long_waits_apart():
+    """Short raw waits were right, long ones three times too short: each is corrected by
+    its own kind."""
+    calibrator = Calibrator(min_records=10, neighbours=20)
+    for record in _fixed(30, 300.0, 1.0) + _fixed(30, 20_000.0, 3.0):
         calibrator.add(record)
-    assert calibrator.interval(1000, 1000, 1000, 3, 100.0).scope == "tier+load+size"
-    assert calibrator.interval(1000, 1000, 1000, 3, 50_000.0).scope == "tier+size"
-    assert calibrator.interval(1000, 1000, 1000, 3, 50_000.0, 90_000.0).scope == "tier"
-    assert calibrator.interval(1000, 1000, 1000, 1, 100.0).scope == "all"
+    short = calibrator.interval(300.0, 300.0, 300.0, 3, 1800.0)
+    long = calibrator.interval(20_000.0, 20_000.0, 20_000.0, 3, 1800.0)
+    assert short.wait_s == pytest.approx(300.0) and short.scope == "neighbours"
+    assert long.wait_s == pytest.approx(3 * 20_060 - 60)
+
+
+def test_starts_now_is_its_own_class():
+    """Records of jobs the forward run started at once never shift a queued job."""
+    calibrator = Calibrator(min_records=10)
+    for record in _fixed(40, 0.0, 1.0):
+        calibrator.add(record)
+    assert calibrator.interval(900.0, 800.0, 1000.0, 3, 1800.0).records == 0
+    assert calibrator.interval(0.0, 0.0, 0.0, 3, 1800.0).wait_s == 0.0
+
+
+@pytest.mark.parametrize("near, far", [
+    pytest.param({"tier": 3}, {"tier": 1}, id="same-tier-first"),
+    pytest.param({"load": 1800.0}, {"load": 200_000.0}, id="similar-load-first"),
+    pytest.param({"arrivals": 1.0}, {"arrivals": 10.0}, id="similar-arrivals-first"),
+])
+def test_features_pick_the_neighbours(near, far):
+    calibrator = Calibrator(min_records=10, neighbours=20)
+    for record in _fixed(20, 1000.0, 2.0, **near) + _fixed(20, 1000.0, 0.5, **far):
+        calibrator.add(record)
+    got = calibrator.interval(1000.0, 1000.0, 1000.0, 3, 1800.0, arrivals=1.0)
+    assert got.wait_s == pytest.approx(2 * 1060 - 60)
 
 
 def test_window_keeps_the_newest_records():
-    calibrator = Calibrator(window=50, min_records=10)
-    for record in _records(200, 1.0, 0.01) + _records(50, 4.0, 0.01, seed=9):
+    calibrator = Calibrator(window=50, min_records=10, neighbours=50)
+    for record in _fixed(200, 1000.0, 1.0) + _fixed(50, 1000.0, 4.0):
         calibrator.add(record)
     got = calibrator.interval(1000.0, 1000.0, 1000.0, 3, 1800.0)
-    assert got.wait_s == pytest.approx(4 * 1060 - 60, rel=0.05)
+    assert got.wait_s == pytest.approx(4 * 1060 - 60) and len(calibrator) == 50
 
 
 def test_apply_is_monotone_and_never_negative():

@@ -1,11 +1,11 @@
 """Wait-time estimates in the simulator, scored as the live board would show them.
 
-At submit, `estimate` gives the raw forward-run ETA; `EtaTracker` inflates it
-for work expected to arrive ahead of the job (observed arrival rates of the
-last `rate_window_s`) and calibrates it with the records of jobs that already
-started (`work_pools.policy.calibrate`): only the past is used, as live. When
-a job first starts, its record (tier, load at submit, predicted wait, actual
-wait) joins the history.
+At submit, `estimate` gives the raw forward-run ETA; `EtaTracker` calibrates it
+with the records of jobs that already started (`work_pools.policy.calibrate`),
+using as one feature the arrival factor of work ahead of the job (observed
+arrival rates of the last `rate_window_s`): only the past is used, as live.
+When a job first starts, its record (tier, load at submit, raw predicted wait,
+actual wait, arrival factor) joins the history.
 """
 
 from __future__ import annotations
@@ -24,20 +24,19 @@ class Prediction:
     calibrated: Eta
     tier: int
     load_s: float
-    inflated_wait_s: float
+    arrivals: float
     submitted: float
     size_s: float = 0.0
 
 
 class EtaTracker:
     def __init__(self, policy: Policy, gpus: int, rate_window_s: float = 6 * 3600.0,
-                 calibrate: bool = True, inflate: bool = True, by_size: bool = False) -> None:
+                 calibrate: bool = True, inflate: bool = True) -> None:
         self.policy = policy
         self.gpus = gpus
         self.rate_window_s = rate_window_s
         self.calibrate = calibrate
         self.inflate = inflate
-        self.by_size = by_size
         self.calibrator = Calibrator()
         self.arrivals: deque[tuple[float, int, float]] = deque()  # (time, tier, GPU-seconds)
         self.pending: dict[str, Prediction] = {}
@@ -55,18 +54,17 @@ class EtaTracker:
         for sid, raw in estimate(snapshot, self.policy, now, only=seg_ids).items():
             if sid not in seg_ids:
                 continue
-            tier = tiers[sid]
-            wait = (raw.start_s - now) * self._inflation(rates, tier)
+            tier, wait = tiers[sid], raw.start_s - now
+            arrivals = self._inflation(rates, tier)
             calibrated = raw
             if self.calibrate:
                 cal = self.calibrator.interval(wait, raw.start_low_s - now,
                                                raw.start_high_s - now, tier, load,
-                                               sizes[sid] if self.by_size else 0.0)
+                                               arrivals=arrivals)
                 if cal.records:
                     calibrated = Eta(sid, raw.position, now + cal.wait_s, now + cal.low_s,
                                      now + cal.high_s)
-            size = sizes[sid] if self.by_size else 0.0
-            out[sid] = Prediction(raw, calibrated, tier, load, wait, now, size)
+            out[sid] = Prediction(raw, calibrated, tier, load, arrivals, now, sizes[sid])
             self.pending[sid.rsplit("/", 1)[0]] = out[sid]
         return out
 
@@ -78,8 +76,9 @@ class EtaTracker:
         if shown is not prediction.raw:  # only calibrated intervals steer the level
             self.calibrator.observe(shown.start_low_s - 1 <= now <= shown.start_high_s + 1)
         self.calibrator.add(EtaRecord(prediction.tier, prediction.load_s,
-                                      prediction.inflated_wait_s, now - prediction.submitted,
-                                      prediction.size_s))
+                                      prediction.raw.start_s - prediction.submitted,
+                                      now - prediction.submitted, prediction.size_s,
+                                      prediction.arrivals))
 
     def _rates(self, now: float) -> dict[int, float]:
         while self.arrivals and self.arrivals[0][0] < now - self.rate_window_s:
