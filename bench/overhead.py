@@ -3,6 +3,7 @@
     python bench/overhead.py [--epochs 3] [--images 32] [--imgsz 64] [--repeat 1]
                              [--modes warm,cold]
     python bench/overhead.py --starts 10     # segment process start alone, warm vs cold
+    python bench/overhead.py --modes warm --wake poll,events   # event wake vs poll only
 
 The job: yolov8n.yaml on a synthetic shapes dataset, batch 8, seed 0, workers 0,
 plots off. It runs three ways, in this order, `--repeat` times (medians are shown):
@@ -28,6 +29,10 @@ yoloq wall time is submit -> the parent run's end (Completed). The yoloq jobs
 use `export: []` (no export step; the spec's default would be TorchScript), but
 the last segment always evaluates best.pt on the test/val split: the evaluate
 and export task runs are timed from Prefect and shown apart ("excl. eval+export").
+`--wake poll,events` runs the whole bench once per wake mode, each in a fresh process on
+its own private stack (`YOLOQ_WAKE=poll`: the worker and the runner's segment watch wake
+only at their 1 s polls; `events`: Prefect's event stream wakes them), then prints the
+fixed cost per segment of each side by side with the ratio poll / events.
 The 2-core machine may be shared: expect noise.
 """
 
@@ -47,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.wake_modes import parse_wakes, run_per_wake
 
 BATCH = 8
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
@@ -300,6 +307,35 @@ def report(plain: list[tuple[float, float]], modes: dict[str, tuple[list[YoloqRu
               f"{y3.wall_without_finish_s / plain_wall:.2f}x)  [{epochs} epochs]")
 
 
+def _load_run(row: dict[str, Any]) -> YoloqRun:
+    return YoloqRun(**{**row, "costs": tuple(SegmentCost(**c) for c in row["costs"])})
+
+
+def compare_wake(by_wake: dict[str, dict[str, Any]]) -> None:
+    """Per wake mode and start mode: queue->Running, parent reaction, fixed cost, extra segment."""
+    print("\nwake modes side by side (mean over every segment; seconds)")
+    print(f"{'wake':8}{'start':7}{'queue->Running':>16}{'parent reaction':>17}{'queue->loop':>13}"
+          f"{'per extra segment':>19}{'yoloq-1/plain':>15}")
+    figures: dict[str, dict[str, tuple[float, ...]]] = {}
+    for wake, data in by_wake.items():
+        plain_wall = statistics.median(p[0] for p in data["plain"])
+        for mode, (one, many) in data["results"].items():
+            one, many = [_load_run(r) for r in one], [_load_run(r) for r in many]
+            cost, y1, y3 = mean_cost(one + many), median_run(one), median_run(many)
+            extra = (y3.wall_s - y1.wall_s) / max(1, y3.segments - y1.segments)
+            row = (cost.queue_to_running_s, cost.parent_s, cost.fixed_s, extra, y1.wall_s / plain_wall)
+            figures.setdefault(mode, {})[wake] = row
+            print(f"{wake:8}{mode:7}{row[0]:16.2f}{row[1]:17.2f}{row[2]:13.2f}{row[3]:19.2f}"
+                  f"{row[4]:14.2f}x")
+    wakes = list(by_wake)
+    for mode, rows in figures.items():
+        a, b = rows[wakes[0]], rows[wakes[-1]]
+        ratios = ", ".join(f"{name} {x / y:.2f}" if y > 0 else f"{name} -"
+                           for name, x, y in zip(("queue->Running", "parent reaction",
+                                                  "queue->loop", "per extra segment"), a, b))
+        print(f"ratio {wakes[0]}/{wakes[-1]} ({mode}): {ratios}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
@@ -313,10 +349,20 @@ def main() -> None:
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the untimed 1-epoch job that creates MLflow's database etc.")
     parser.add_argument("--keep", action="store_true", help="keep the state folder")
+    parser.add_argument("--wake", default=None,
+                        help="comma-separated wake modes to compare: poll, events")
+    parser.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.starts:
         process_starts(args.starts)
         return
+    wakes = parse_wakes(args.wake)
+    if len(wakes) > 1:
+        if by_wake := run_per_wake(__file__, wakes):
+            compare_wake(by_wake)
+        return
+    if wakes:
+        os.environ["YOLOQ_WAKE"] = wakes[0]
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-overhead-"))
     from yoloq.synth import synth_dataset
@@ -350,6 +396,12 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     report(plain, results, args.epochs)
+    if args.json:
+        from dataclasses import asdict
+
+        Path(args.json).write_text(json.dumps({"plain": plain, "results": {
+            m: [[asdict(r) for r in one], [asdict(r) for r in many]]
+            for m, (one, many) in results.items()}}))
 
 
 def parse_modes(text: str) -> list[str]:

@@ -1,6 +1,12 @@
 """Preemption on the real embedded stack: latencies and lost work over many preemptions.
 
     python bench/preemption.py [--preemptions 20] [--low-images 48] [--imgsz 64]
+                               [--wake poll,events]
+
+`--wake poll,events` runs the whole bench once per mode, each on its own private stack
+(`YOLOQ_WAKE=poll`: the worker and the runner's segment watch wake only at their 1 s polls;
+`events`: Prefect's event stream wakes them, the poll stays as the fallback), and prints
+the two distributions side by side with their ratio (poll / events).
 
 A long low-tier job holds the only slot (one declared CPU slot; epochs of a
 second or two, a segment that would run to the end unless preempted). Then, N
@@ -24,6 +30,7 @@ The machine has 2 cores, possibly shared with other work: expect noise.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -34,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.wake_modes import parse_wakes, run_per_wake
 
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
 LOW_EPOCHS = 10000  # never reached: the low job is stopped with the stack
@@ -209,6 +218,25 @@ def report(rows: list[Preemption]) -> None:
           f"max {max(redone):.1f}")
 
 
+def compare(by_mode: dict[str, list[Preemption]]) -> None:
+    """p50 and p95 of every metric per wake mode, with the ratio first mode / last mode."""
+    modes = list(by_mode)
+    print(f"\nside by side ({', '.join(f'{m}: n={len(by_mode[m])}' for m in modes)}), seconds")
+    head = "".join(f"{m + ' p50':>13}{m + ' p95':>13}" for m in modes)
+    print(f"{'':28}{head}{'ratio p50':>11}{'ratio p95':>11}")
+    for label, attr in METRICS:
+        cells, stats = "", []
+        for m in modes:
+            values = [getattr(r, attr) for r in by_mode[m]]
+            stats.append((percentile(values, .5), percentile(values, .95)))
+            cells += f"{stats[-1][0]:13.2f}{stats[-1][1]:13.2f}"
+        ratio = [f"{a / b:11.2f}" if b > 0 else f"{'-':>11}" for a, b in zip(stats[0], stats[-1])]
+        print(f"{label:28}{cells}{''.join(ratio)}")
+    first, last = ([r.submit_to_urgent_running_s for r in by_mode[m]] for m in (modes[0], modes[-1]))
+    print(f"submit -> urgent running p95: {modes[0]} {percentile(first, .95):.1f} s, {modes[-1]} "
+          f"{percentile(last, .95):.1f} s, ratio {percentile(first, .95) / percentile(last, .95):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preemptions", type=int, default=20)
@@ -216,7 +244,17 @@ def main() -> None:
                         help="training images of the low job (sets its epoch length)")
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--keep", action="store_true", help="keep the state folder")
+    parser.add_argument("--wake", default=None,
+                        help="comma-separated wake modes to compare: poll, events")
+    parser.add_argument("--json", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    modes = parse_wakes(args.wake)
+    if len(modes) > 1:
+        if by_mode := run_per_wake(__file__, modes):
+            compare({m: [Preemption(**row) for row in rows] for m, rows in by_mode.items()})
+        return
+    if modes:
+        os.environ["YOLOQ_WAKE"] = modes[0]
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-preemption-"))
     from yoloq.synth import synth_dataset
@@ -236,6 +274,8 @@ def main() -> None:
     finally:
         if rows:
             report(rows)
+        if rows and args.json:
+            Path(args.json).write_text(json.dumps([r.__dict__ for r in rows]))
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
