@@ -73,6 +73,24 @@ class SchedulingPolicy(Block):
     usage_half_life_s: float = Field(
         default=_DEFAULTS.usage_half_life_s, gt=0,
         description="Half-life of past usage in the fair-share ledger.")
+    within_rank: Literal["srpt", "submit"] = Field(
+        default=_DEFAULTS.within_rank,
+        description="Order inside a tier: srpt = least estimated remaining work first (aged "
+                    "by waiting); submit = submission order. (FIFO and LAS are whole "
+                    "orderings, compared in `yoloq simulate`, not a within-tier order.)")
+    fair_share_mode: Literal["weight", "turns"] = Field(
+        default=_DEFAULTS.fair_share_mode,
+        description="weight = a team's usage over its share scales its jobs' remaining work; "
+                    "turns = teams take turns by usage.")
+    soft_preemption: bool = Field(
+        default=_DEFAULTS.soft_preemption,
+        description="Before evicting, let an urgent job share a lower-tier job's GPU when a "
+                    "smaller batch makes both fit; the victim shrinks its batch at its next "
+                    "epoch boundary (gradient accumulation keeps the effective batch).")
+    urgent_overrides_min_runtime: bool = Field(
+        default=_DEFAULTS.urgent_overrides_min_runtime,
+        description="An urgent job may preempt a job younger than min_runtime_s, after "
+                    "every older victim.")
     min_grace_s: float = Field(
         default=DEFAULT_MIN_GRACE_S, ge=0,
         description="A preemption victim gets at least this long to reach its epoch boundary.")
@@ -99,10 +117,12 @@ class SchedulingPolicy(Block):
             min_runtime_s=self.min_runtime_s, aging_step_s=self.aging_step_s,
             long_job_share=self.long_job_share, long_job_window_s=self.long_job_window_s,
             share_gpus=self.share_gpus, allow_reduced_batch=self.allow_reduced_batch,
-            usage_half_life_s=self.usage_half_life_s)
+            usage_half_life_s=self.usage_half_life_s, within_rank=self.within_rank,
+            fair_share_mode=self.fair_share_mode, soft_preemption=self.soft_preemption,
+            urgent_overrides_min_runtime=self.urgent_overrides_min_runtime)
 
     @classmethod
-    def from_settings(cls, settings: "PolicySettings") -> "SchedulingPolicy":
+    def from_settings(cls, settings: PolicySettings) -> SchedulingPolicy:
         """A block holding what a worker uses now (so saving it changes nothing else)."""
         p = settings.policy
         return cls(team_weights=dict(p.team_weights),
@@ -112,9 +132,12 @@ class SchedulingPolicy(Block):
                    aging_step_s=p.aging_step_s, long_job_share=p.long_job_share,
                    long_job_window_s=p.long_job_window_s, share_gpus=p.share_gpus,
                    allow_reduced_batch=p.allow_reduced_batch, usage_half_life_s=p.usage_half_life_s,
+                   within_rank=p.within_rank, fair_share_mode=p.fair_share_mode,
+                   soft_preemption=p.soft_preemption,
+                   urgent_overrides_min_runtime=p.urgent_overrides_min_runtime,
                    min_grace_s=settings.min_grace_s, grace_epochs=settings.grace_epochs)
 
-    def to_settings(self, source: str) -> "PolicySettings":
+    def to_settings(self, source: str) -> PolicySettings:
         return PolicySettings(self.to_policy(), self.min_grace_s, self.grace_epochs, source)
 
 

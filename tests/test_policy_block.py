@@ -26,7 +26,8 @@ def test_block_fields_become_the_policy():
         tier_caps={"oncall": "URGENT", "interns": "normal"}, default_tier_cap="high",
         min_runtime_s=120, aging_step_s=1800, long_job_share=0.6, long_job_window_s=7200,
         share_gpus=True, allow_reduced_batch=True, usage_half_life_s=3600,
-        min_grace_s=30, grace_epochs=3)
+        within_rank="submit", fair_share_mode="turns", soft_preemption=True,
+        urgent_overrides_min_runtime=True, min_grace_s=30, grace_epochs=3)
     policy = block.to_policy()
     assert policy.team_weights == {"vision": 2.0}
     assert policy.quotas == {"nlp": Quota(20, "week")}
@@ -35,6 +36,8 @@ def test_block_fields_become_the_policy():
     assert (policy.min_runtime_s, policy.aging_step_s, policy.usage_half_life_s) == (120, 1800, 3600)
     assert (policy.long_job_share, policy.long_job_window_s) == (0.6, 7200)
     assert policy.share_gpus and policy.allow_reduced_batch
+    assert (policy.within_rank, policy.fair_share_mode) == ("submit", "turns")
+    assert policy.soft_preemption and policy.urgent_overrides_min_runtime
     settings = block.to_settings("test")
     assert (settings.min_grace_s, settings.grace_epochs) == (30, 3)
 
@@ -51,6 +54,8 @@ def test_default_block_is_the_default_policy():
     pytest.param({"quotas": {"a": {"tu": 5, "period": "month"}}}, id="unknown-period"),
     pytest.param({"quotas": {"a": {"tu": 0}}}, id="zero-quota"),
     pytest.param({"min_runtime_s": -1}, id="negative-runtime"),
+    pytest.param({"within_rank": "las"}, id="unknown-within-rank"),
+    pytest.param({"fair_share_mode": "lottery"}, id="unknown-fair-share-mode"),
 ])
 def test_invalid_fields_are_rejected(field):
     from pydantic import ValidationError
@@ -95,7 +100,12 @@ def prefect_api(yoloq_stack):
 
 def test_saved_block_wins_over_env(prefect_api, monkeypatch):
     """Saved under a test-only name, so the stack's worker never picks it up."""
-    from blocks.policy import SchedulingPolicy, TeamQuota, resolve_policy_settings, saved_block
+    from blocks.policy import (
+        SchedulingPolicy,
+        TeamQuota,
+        resolve_policy_settings,
+        saved_block,
+    )
 
     name = f"test-policy-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "1")
@@ -116,3 +126,24 @@ def test_saved_block_wins_over_env(prefect_api, monkeypatch):
         with get_client(sync_client=True) as client:
             doc = client.read_block_document_by_name(name, "yoloq-scheduling-policy")
             client.delete_block_document(doc.id)
+
+
+@pytest.mark.parametrize("overrides, preempted", [
+    pytest.param(False, False, id="young-victim-protected"),
+    pytest.param(True, True, id="urgent-overrides-min-runtime"),
+])
+def test_block_fields_reach_the_live_decision(overrides, preempted):
+    """Block -> settings -> WorkerPolicy -> `schedule` (what the pool scheduler calls): a
+    low job 60 s into its hold is preempted for an urgent one only when the block says so."""
+    from test_board import NOW, one_slot, view
+
+    from blocks.policy import SchedulingPolicy
+    from work_pools.scheduling import WorkerPolicy, schedule
+
+    settings = SchedulingPolicy(urgent_overrides_min_runtime=overrides).to_settings("test")
+    worker_policy = WorkerPolicy(policy=settings.policy)
+    low, urgent = view("low.s1", tier=Tier.LOW, est_mem_gb=60), view(
+        "urgent.s1", tier=Tier.URGENT, est_mem_gb=60)
+    decision = schedule(one_slot(), [low], [urgent], {low.flow_run_id: (0,)},
+                        {low.flow_run_id: NOW - 60}, NOW, worker_policy)
+    assert bool(decision.preempt) is preempted
