@@ -5,6 +5,9 @@
     python bench/overhead.py --starts 10     # segment process start alone, warm vs cold
     python bench/overhead.py --modes warm --wake poll,events   # event wake vs poll only
 
+`YOLOQ_BENCH_GPUS` sets the private stack's slots (default `1xCPU:8`; empty: the worker's
+NVML inventory of the real GPUs, as bench/gpu_check.sh runs it).
+
 The job: yolov8n.yaml on a synthetic shapes dataset, batch 8, seed 0, workers 0,
 plots off. It runs three ways, in this order, `--repeat` times (medians are shown):
 
@@ -378,7 +381,7 @@ def main() -> None:
     try:
         from yoloq.stack import private_stack, restart_worker
 
-        with private_stack(root / "home"):
+        with private_stack(root / "home", os.environ.get("YOLOQ_BENCH_GPUS", "1xCPU:8")):
             for n in range(args.repeat):
                 plain.append(run_plain(data, args.epochs, args.imgsz, root / "plain"))
                 print(f"run {n + 1}: plain {plain[-1][0]:.1f} s", flush=True)

@@ -3,6 +3,9 @@
     python bench/preemption.py [--preemptions 20] [--low-images 48] [--imgsz 64]
                                [--wake poll,events]
 
+`YOLOQ_BENCH_GPUS` sets the private stack's slots (default `1xCPU:8`; empty: the worker's
+NVML inventory of the real GPUs, as bench/gpu_check.sh runs it).
+
 `--wake poll,events` runs the whole bench once per mode, each on its own private stack
 (`YOLOQ_WAKE=poll`: the worker and the runner's segment watch wake only at their 1 s polls;
 `events`: Prefect's event stream wakes them, the poll stays as the fallback), and prints
@@ -269,7 +272,7 @@ def main() -> None:
     try:
         from yoloq.stack import private_stack
 
-        with private_stack(root / "home"):
+        with private_stack(root / "home", os.environ.get("YOLOQ_BENCH_GPUS", "1xCPU:8")):
             rows = run_preemptions(low_spec, urgent_spec, args.preemptions)
     finally:
         if rows:

@@ -42,6 +42,7 @@ from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
 ORPHAN_CHECK_S = 5.0
+EVENT_COALESCE_S = 0.05  # events this close together start one pass (a burst of submissions)
 STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often  # how often a node looks for its runs that have no live process
 
 
@@ -157,6 +158,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                                  self._on_event, self._logger)
                 while True:
                     await self._wake_event.wait()
+                    await anyio.sleep(EVENT_COALESCE_S)
                     self._wake_event = anyio.Event()
                     await self.get_and_submit_flow_runs()
 
