@@ -2,7 +2,13 @@
 
 One row per segment: running ones first (position 0), then the waiting ones in
 the order the policy would start them, each with its reason and an estimated
-start with an 80% interval (`work_pools.policy.eta.estimate`). `segment` is the
+start with an 80% interval: the forward run (`work_pools.policy.eta.estimate`)
+calibrated from the queue's own history (`work_pools.policy.eta_tracker`, the
+object the simulator scores). The leader records each job's first prediction
+and its actual start; the records are kept in the table artifact
+`yoloq-eta-history` (prediction vs start, visible in the UI) and read back by a
+new leader. `eta_basis` says whether an interval is calibrated ("calibrated"
+once 10 similar starts exist) or the raw forward run ("forward run"). `segment` is the
 flow run name, the key `yoloq queue` joins on. ETA columns: `eta` reads
 "in 5m (3m-9m)" (relative to `published_at`), `eta_at` is the median start (ISO,
 UTC) and `eta_s`/`eta_low`/`eta_high` are Unix times, rounded to the minute.
@@ -17,18 +23,29 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from work_pools.policy.calibrate import EtaRecord
 from work_pools.policy.eta import Eta, estimate
+from work_pools.policy.eta_tracker import EtaTracker
 from work_pools.policy.model import Decision, Policy, Snapshot
 
 BOARD_KEY = "yoloq-queue-board"
+HISTORY_KEY = "yoloq-eta-history"
+HISTORY_ROWS = 2000
+HISTORY_EVERY_S = 60.0
 ETA_ROUND_S = 60.0
 _last: dict[str, tuple[str, str, float]] = {}  # worker -> (content, with text, published at)
+_trackers: dict[str, EtaTracker] = {}  # pool -> ETA history (the leader's)
+_saved: dict[str, tuple[int, float]] = {}  # pool -> (records saved, when)
 
 
 async def publish_if_changed(worker: Any, decision: Any, now: float) -> bool:
     """Publish the board when a row changed (times compared rounded to the minute); the
     relative "in 5m" text alone refreshes it at most once a minute."""
+    if worker.name not in _trackers:
+        restore_history(tracker_for(worker.name, worker._policy.policy, 1),
+                        await _read_history())
     rows = board_rows(worker, decision, now)
+    await _save_history(worker.name, now)
     state = board_state(rows, now)
     if not should_publish(_last.get(worker.name), state):
         return False
@@ -74,10 +91,91 @@ def board_rows(worker: Any, decision: Any, now: float) -> list[dict[str, Any]]:
         return _rows_without_snapshot(worker, raw)
     after = admitted_snapshot(snapshot, raw, now)
     policy: Policy = worker._policy.policy
-    etas = estimate(after, policy, now, only=[s.id for s in after.waiting])
+    tracker = tracker_for(worker.name, policy, len(after.gpus))
+    follow(tracker, after, now)
+    raws = estimate(after, policy, now, only=[s.id for s in after.waiting])
+    etas = tracker.show(after, raws, now)
     rows = [_running_row(seg, views.get(seg.id), raw) for seg in after.running]
-    rows += _waiting_rows(after, raw, etas, views, now)
+    basis = {sid: "forward run" if etas[sid] is raws[sid] else "calibrated" for sid in etas}
+    rows += _waiting_rows(after, raw, etas, views, now, basis)
     return rows
+
+
+def tracker_for(pool: str, policy: Policy, gpus: int) -> EtaTracker:
+    """The pool's ETA tracker (created on first use), following the current policy."""
+    tracker = _trackers.setdefault(pool, EtaTracker(policy, gpus))
+    tracker.policy, tracker.gpus = policy, max(gpus, tracker.gpus)
+    return tracker
+
+
+def follow(tracker: EtaTracker, snapshot: Snapshot, now: float) -> list[EtaRecord]:
+    """Record the first prediction of each job that waits for its first segment, and turn
+    predictions into records when their jobs start; forget jobs that left the queue."""
+    running = {s.job_id for s in snapshot.running}
+    waiting = {s.job_id for s in snapshot.waiting}
+    records = [r for job in running & set(tracker.pending)
+               if (r := tracker.started(job, now)) is not None]
+    for job in set(tracker.pending) - running - waiting:
+        del tracker.pending[job]  # cancelled while waiting: no start to score
+    new = {s.id for s in snapshot.waiting if s.epoch == 0 and s.job_id not in tracker.pending}
+    for seg in snapshot.waiting:
+        if seg.id in new:
+            tracker.arrived(now, int(seg.tier), seg.gpus * seg.est_remaining_s)
+    if new:
+        tracker.predict(snapshot, now, new)
+    return records
+
+
+def restore_history(tracker: EtaTracker, rows: list[dict[str, Any]]) -> int:
+    """Add saved records (artifact rows) to a fresh tracker; returns how many."""
+    count = 0
+    for row in rows:
+        try:
+            tracker.calibrator.add(EtaRecord(int(row["tier"]), float(row["load_s"]),
+                                             float(row["predicted_s"]), float(row["actual_s"]),
+                                             float(row.get("size_s", 0.0)),
+                                             float(row.get("arrivals", 1.0))))
+            count += 1
+        except (KeyError, TypeError, ValueError):
+            continue  # a row from another version: skip it
+    return count
+
+
+async def _read_history() -> list[dict[str, Any]]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    async with get_client() as client:
+        arts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[HISTORY_KEY])),
+            sort=ArtifactSort.CREATED_DESC, limit=1)
+    if not arts:
+        return []
+    data = arts[0].data
+    rows = json.loads(data) if isinstance(data, str) else data
+    return [r for r in rows if isinstance(r, dict)]
+
+
+async def _save_history(pool: str, now: float) -> None:
+    """Write the pool's records when new ones exist, at most once a minute."""
+    tracker = _trackers.get(pool)
+    if tracker is None:
+        return
+    records = tracker.calibrator.records()
+    count, at = _saved.get(pool, (0, 0.0))
+    if len(records) == count or now - at < HISTORY_EVERY_S:
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import ArtifactCreate
+
+    table = [r.__dict__ for r in records[-HISTORY_ROWS:]]
+    async with get_client() as client:
+        await client.create_artifact(ArtifactCreate(
+            key=HISTORY_KEY, type="table", data=json.dumps(table),
+            description="yoloq ETA history: each job's first predicted wait (raw forward run) "
+                        "and its actual wait, in seconds; the queue board calibrates from it"))
+    _saved[pool] = (len(records), now)
 
 
 def admitted_snapshot(snapshot: Snapshot, decision: Decision, now: float) -> Snapshot:
@@ -100,7 +198,9 @@ def _running_row(seg: Any, view: Any, decision: Decision) -> dict[str, Any]:
 
 
 def _waiting_rows(snapshot: Snapshot, decision: Decision, etas: dict[str, Eta],
-                  views: dict[str, Any], now: float) -> list[dict[str, Any]]:
+                  views: dict[str, Any], now: float,
+                  basis: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    basis = basis or {}
     order = sorted(snapshot.waiting, key=lambda s: (etas[s.id].position if s.id in etas
                                                     else 10**9, s.submitted_at, s.id))
     rows = []
@@ -108,7 +208,8 @@ def _waiting_rows(snapshot: Snapshot, decision: Decision, etas: dict[str, Eta],
         eta = etas.get(seg.id)
         rows.append({**_identity(seg, views.get(seg.id)), "state": "waiting",
                      "position": position, "gpus": "",
-                     "reason": decision.waiting.get(seg.id, "waiting"), **eta_fields(eta, now)})
+                     "reason": decision.waiting.get(seg.id, "waiting"), **eta_fields(eta, now),
+                     "eta_basis": basis.get(seg.id, "")})
     return rows
 
 

@@ -1,5 +1,7 @@
 """The queue as users see it: running first, then waiting in the order the worker
-would admit them, each with the reason it waits (from the worker's queue board)."""
+would admit them, each with the reason it waits and its estimated start (from the
+worker's queue board: an 80% interval calibrated from the queue's own history;
+`eta_basis` says "calibrated" or "forward run" while too few starts exist)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def _row(view, run, state: str, position: int, board: dict[str, dict]) -> dict[s
     return {"position": position, "job": view.job_id, "segment": run.name, "team": view.team,
             "tier": Tier(view.tier).label, "state": state, "epoch":
             f"{view.progress_epoch}/{view.epochs}", "eta": entry.get("eta", ""),
-            "eta_low": entry.get("eta_low"), "eta_high": entry.get("eta_high"), "reason": reason}
+            "eta_low": entry.get("eta_low"), "eta_high": entry.get("eta_high"),
+            "eta_basis": entry.get("eta_basis", ""), "reason": reason}
 
 
 def _board(client: Any) -> dict[str, dict]:

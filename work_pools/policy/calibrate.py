@@ -121,6 +121,7 @@ class Calibrator:
         self.min_records = min_records
         self.neighbours = neighbours
         self._points: deque[_Point] = deque(maxlen=window)
+        self._records: deque[EtaRecord] = deque(maxlen=window)
         self.alpha = TARGET_MISS
 
     def __len__(self) -> int:
@@ -131,7 +132,12 @@ class Calibrator:
         self.alpha += ACI_STEP * (TARGET_MISS - (0.0 if covered else 1.0))
         self.alpha = min(max(self.alpha, ALPHA_RANGE[0]), ALPHA_RANGE[1])
 
+    def records(self) -> list[EtaRecord]:
+        """The records kept, oldest first (what a new leader restores)."""
+        return list(self._records)
+
     def add(self, record: EtaRecord) -> None:
+        self._records.append(record)
         self._points.append(_point(record.tier, record.load_s, record.predicted_s,
                                    record.arrivals, log_error(record)))
 
