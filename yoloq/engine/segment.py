@@ -4,10 +4,22 @@ The LR schedule, warmup and epoch counter are the full job's; a segment is not
 a fresh shorter training. Only the segment that completes the job (its last
 epoch, or early stopping) runs ultralytics' final evaluation; every other one
 ends right after an epoch's validation and checkpoint, leaving a resumable file.
+
+Checkpoints by cost: every epoch writes the exact local `last.pt`, but the
+hooks' `on_checkpoint` (the store upload, the costly part) runs only at the
+boundary where the segment stops (its target, or a preemption), and otherwise
+every `checkpoint_every` epochs. With `checkpoint_every=None` the segment
+measures its own epoch time and its first upload's time and asks
+`work_pools.policy.checkpoints.checkpoint_interval` (at most 2% overhead, a crash
+loses at most `max_crash_loss_s`). `YOLOQ_CHECKPOINT_EVERY` sets the default:
+"auto" (by cost) or a number of epochs (1 when unset). Exactness holds at any
+interval: every uploaded file is an exact epoch boundary.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +33,20 @@ from yoloq.spec import JobSpec
 _FORCED = {"resume": False, "save": True, "exist_ok": True, "save_period": -1}
 # Spec fields that must match the checkpoint being resumed.
 _MUST_MATCH = ("model", "epochs", "imgsz", "batch", "seed")
+CHECKPOINT_EVERY_ENV = "YOLOQ_CHECKPOINT_EVERY"
+
+
+def checkpoint_every_from_env() -> int | None:
+    """`YOLOQ_CHECKPOINT_EVERY`: "auto" -> None (by cost), a positive number, or 1 when unset."""
+    value = os.environ.get(CHECKPOINT_EVERY_ENV, "").strip().lower()
+    if not value:
+        return 1
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(CHECKPOINT_EVERY_ENV, f"{value!r} is not a number of epochs",
+                        "use auto or a whole number >= 1")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -33,6 +59,9 @@ class SegmentRequest:
     # The epochs the caller knows are done (its store's metadata): the file in `resume_from`
     # must hold exactly that many, and None/0 means "start fresh" only when it is 0.
     expect_epochs_done: int | None = None
+    # Upload a checkpoint every this many epochs besides the stopping boundary; None: by cost.
+    checkpoint_every: int | None = field(default_factory=checkpoint_every_from_env)
+    max_crash_loss_s: float = 600.0  # the crash-loss bound of the by-cost interval
 
 
 class ResumeMismatch(RuntimeError):
@@ -87,8 +116,15 @@ class _SegmentRun:
     stopped_early: bool = False
     final_reported: bool = False
     final_metrics: dict[str, float] | None = None
+    every: int | None = None  # the checkpoint interval once known
+    epoch_started: float = 0.0
+    checkpoint_s: float | None = None  # the first upload's duration (by cost)
+
+    def __post_init__(self) -> None:
+        self.every = self.request.checkpoint_every  # None: fixed by the first upload's cost
 
     def on_train_epoch_start(self, trainer: Any) -> None:
+        self.epoch_started = time.monotonic()
         start = getattr(self.hooks, "on_epoch_start", None)
         if start is not None:
             start(trainer.epoch + 1)
@@ -108,18 +144,40 @@ class _SegmentRun:
             self.final_reported = True  # before final_eval strips it, with best.pt inside, so
             self.hooks.on_checkpoint(done, trainer.last)  # a crash later can still finalise
             return
-        self.hooks.on_checkpoint(done, trainer.last)
+        epoch_s = time.monotonic() - self.epoch_started
         at_target = done >= self.request.stop_after_epoch
-        if at_target or self.hooks.should_stop(done):
+        stopping = at_target or self.hooks.should_stop(done)
+        if stopping or self.every is None or done % self.every == 0:
+            self._checkpoint(done, trainer.last, epoch_s)
+        if stopping:
             self.stopped_early = not at_target
             trainer.pause_requested = True
             trainer.stop = True
 
 
+    def _checkpoint(self, done: int, path: Any, epoch_s: float) -> None:
+        """Upload through the hooks; the first upload fixes the interval (by cost unless the
+        request gives one)."""
+        started = time.monotonic()
+        self.hooks.on_checkpoint(done, path)
+        if self.every is None:
+            self.every = self._by_cost(epoch_s, time.monotonic() - started)
+
+    def _by_cost(self, epoch_s: float, checkpoint_s: float) -> int:
+        from work_pools.policy.checkpoints import checkpoint_interval
+
+        self.checkpoint_s = checkpoint_s
+        plan = checkpoint_interval(max(epoch_s, 1e-3), checkpoint_s,
+                                   max_loss_s=self.request.max_crash_loss_s)
+        return plan.every_epochs
+
+
 def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> SegmentResult:
     """Train one segment in this process and return where its outputs are."""
     hooks = hooks or NoHooks()
-    from yoloq.analysis.models import engine_of_model  # the model's family picks the engine
+    from yoloq.analysis.models import (
+        engine_of_model,  # the model's family picks the engine
+    )
 
     if engine_of_model(request.spec.model) == "yolov5":
         from yoloq.engine.yolov5 import run_segment as run_yolov5

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from yoloq.engine.segment import SegmentRequest, run_segment
+from yoloq.engine.segment import CHECKPOINT_EVERY_ENV, SegmentRequest, run_segment
 from yoloq.errors import UserError
 from yoloq.spec import load_spec
 
@@ -23,6 +25,7 @@ class RecordingHooks:
     """Records what a segment reported; optionally asks to stop after a given epoch."""
 
     stop_at: int | None = None
+    keep: Path | None = None  # copy each reported checkpoint here as epoch<N>.pt
     epochs: list[dict] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
 
@@ -31,6 +34,9 @@ class RecordingHooks:
 
     def on_checkpoint(self, epoch: int, path: Path) -> None:
         self.checkpoints.append(epoch)
+        if self.keep is not None:
+            self.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, self.keep / f"epoch{epoch}.pt")
 
     def should_stop(self, epoch: int) -> bool:
         return self.stop_at is not None and epoch >= self.stop_at
@@ -47,13 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--stop-at", type=int, help="ask to stop after this epoch (preemption test)")
     parser.add_argument("--result", type=Path, help="write the result and metrics here as JSON")
+    parser.add_argument("--checkpoint-every", help="report a checkpoint every N epochs besides "
+                        "the stopping boundary, or auto (by measured cost)")
+    parser.add_argument("--keep", type=Path, help="copy each reported checkpoint into this folder")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    hooks = RecordingHooks(stop_at=args.stop_at)
+    hooks = RecordingHooks(stop_at=args.stop_at, keep=args.keep)
     try:
+        if args.checkpoint_every is not None:
+            os.environ[CHECKPOINT_EVERY_ENV] = args.checkpoint_every
         request = SegmentRequest(spec=load_spec(args.spec), workdir=args.workdir,
                                  stop_after_epoch=args.stop_after, resume_from=args.resume_from,
                                  device=args.device)
