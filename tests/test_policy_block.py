@@ -26,8 +26,8 @@ def test_block_fields_become_the_policy():
         tier_caps={"oncall": "URGENT", "interns": "normal"}, default_tier_cap="high",
         min_runtime_s=120, aging_step_s=1800, long_job_share=0.6, long_job_window_s=7200,
         share_gpus=True, allow_reduced_batch=True, usage_half_life_s=3600,
-        within_rank="submit", fair_share_mode="turns", soft_preemption=True,
-        urgent_overrides_min_runtime=True, min_grace_s=30, grace_epochs=3)
+        within_rank="submit", fair_share_mode="turns", urgent_overrides_min_runtime=True,
+        min_grace_s=30, grace_epochs=3)
     policy = block.to_policy()
     assert policy.team_weights == {"vision": 2.0}
     assert policy.quotas == {"nlp": Quota(20, "week")}
@@ -37,7 +37,7 @@ def test_block_fields_become_the_policy():
     assert (policy.long_job_share, policy.long_job_window_s) == (0.6, 7200)
     assert policy.share_gpus and policy.allow_reduced_batch
     assert (policy.within_rank, policy.fair_share_mode) == ("submit", "turns")
-    assert policy.soft_preemption and policy.urgent_overrides_min_runtime
+    assert policy.urgent_overrides_min_runtime and not policy.soft_preemption
     settings = block.to_settings("test")
     assert (settings.min_grace_s, settings.grace_epochs) == (30, 3)
 
@@ -56,6 +56,7 @@ def test_default_block_is_the_default_policy():
     pytest.param({"min_runtime_s": -1}, id="negative-runtime"),
     pytest.param({"within_rank": "las"}, id="unknown-within-rank"),
     pytest.param({"fair_share_mode": "lottery"}, id="unknown-fair-share-mode"),
+    pytest.param({"soft_preemption": True}, id="soft-preemption-not-live-yet"),
 ])
 def test_invalid_fields_are_rejected(field):
     from pydantic import ValidationError
