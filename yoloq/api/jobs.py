@@ -118,7 +118,8 @@ def _submit(spec, tags: tuple[str, ...]):
         try:
             submit_batch([job], None, keep_going=False, reason="POST /v1/jobs", tags=tags)
         except UserError:
-            pass  # the job keeps its error
+            if job.error is None:  # not the job's own refusal (e.g. the stack is down)
+                raise
     if job.error is not None:
         raise job.error
     return job
