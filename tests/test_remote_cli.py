@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from stack_helpers import wait_final, write_spec
 
-pytestmark = [pytest.mark.service, pytest.mark.training]
+from yoloq.errors import UserError
+
+stack_test = pytest.mark.service
 
 
 def run_cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -61,6 +63,7 @@ def logged_in(yoloq_stack, client_env, team) -> dict[str, str]:
     return client_env
 
 
+@stack_test
 def test_login_checks_the_token_and_saves_it_owner_only(yoloq_stack, client_env, team, logged_in):
     saved = Path(client_env["XDG_CONFIG_HOME"]) / "yoloq" / "credentials.toml"
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
@@ -71,6 +74,7 @@ def test_login_checks_the_token_and_saves_it_owner_only(yoloq_stack, client_env,
     assert not (Path(other["XDG_CONFIG_HOME"]) / "yoloq" / "credentials.toml").exists(), "nothing saved"
 
 
+@stack_test
 def test_wrong_token_and_unreachable_server_are_one_line_errors(yoloq_stack, client_env):
     from yoloq.stack import free_port
 
@@ -81,6 +85,8 @@ def test_wrong_token_and_unreachable_server_are_one_line_errors(yoloq_stack, cli
     one_line_error(run_cli(dead, "queue"), "no yoloq server answers", dead["YOLOQ_SERVER"])
 
 
+@pytest.mark.service
+@pytest.mark.training
 def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, team, tiny_dataset, tmp_path):
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-cancel", team=team[0],
                       priority="low", epochs=3, segment_epochs=1)
@@ -115,6 +121,8 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     one_line_error(run_cli(other, "status", job_id), "401")
 
 
+@pytest.mark.service
+@pytest.mark.training
 def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tiny_dataset, tmp_path):
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-logs", team=team[0], epochs=1,
                       segment_epochs=1, export=[])
@@ -131,6 +139,7 @@ def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tin
     assert any("epoch 1 done" in m for m in messages)
 
 
+@stack_test
 def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, logged_in):
     remote = run_cli(logged_in, "queue", "--watch", "--interval", "0.5", "--count", "3")
     assert remote.returncode == 0 and remote.stdout.count("every 0.5s") == 3, remote.stdout + remote.stderr
@@ -149,6 +158,7 @@ def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, lo
     assert proc.returncode == 0 and "Traceback" not in err, err
 
 
+@stack_test
 def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client_env, tmp_path):
     """The reported bug: `PREFECT_API_URL=... yoloq queue` answered about 127.0.0.1:4210."""
     from yoloq.stack import free_port
@@ -158,3 +168,51 @@ def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client
     assert there.returncode == 0 and isinstance(json.loads(there.stdout), list), there.stderr
     dead = f"http://127.0.0.1:{free_port()}/api"
     one_line_error(run_cli({**client_env, "PREFECT_API_URL": dead}, "queue"), dead, "PREFECT_API_URL")
+
+
+def test_env_wins_over_the_saved_login_and_the_file_is_owner_only(tmp_path, monkeypatch):
+    from yoloq import credentials
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    for key in ("YOLOQ_SERVER", "YOLOQ_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    assert credentials.configured_server() is None, "no login: the commands stay local"
+    path = credentials.save("http://queue:4211", 'to"ken')
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert credentials.configured_server() == credentials.Server("http://queue:4211", 'to"ken', str(path))
+    monkeypatch.setenv("YOLOQ_TOKEN", "t2")
+    assert credentials.configured_server().token == "t2"
+    monkeypatch.setenv("YOLOQ_SERVER", "http://other:1/v1/")
+    assert credentials.configured_server() == credentials.Server("http://other:1", "t2", "$YOLOQ_SERVER")
+    monkeypatch.delenv("YOLOQ_TOKEN")
+    with pytest.raises(UserError, match="YOLOQ_TOKEN: is not set"):
+        credentials.configured_server()  # the saved token is for another server
+    with pytest.raises(UserError, match="not an http"):
+        credentials.normal_url("queue:4211")
+    path.write_text("url = [")
+    monkeypatch.delenv("YOLOQ_SERVER")
+    with pytest.raises(UserError, match="cannot be read"):
+        credentials.configured_server()
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    pytest.param(401, {"detail": {"field": "token", "problem": "unknown, removed or rotated token",
+                                  "fix": "ask", "message": "token: unknown"}},
+                 "token: http://q:1 refused the token from $YOLOQ_SERVER (401: unknown, removed or rotated "
+                 "token) (fix: run `yoloq login http://q:1 --token TOKEN`", id="401"),
+    pytest.param(403, {"detail": {"field": "team", "problem": "this token belongs to team 'a', not 'b'",
+                                  "fix": "use b's own token", "message": "team: ..."}},
+                 "team: this token belongs to team 'a', not 'b' (403) (fix: use b's own token)", id="403"),
+    pytest.param(422, {"detail": [{"loc": ["body", "epochs"], "msg": "must be > 0"}]},
+                 "server: http://q:1 answered 422: epochs: must be > 0", id="422-fastapi"),
+    pytest.param(502, "bad\ngateway", "server: http://q:1 answered 502: bad\\ngateway", id="text"),
+])
+def test_refusals_are_one_line_naming_the_fix(status, body, expected):
+    import httpx
+
+    from yoloq.credentials import Server
+    from yoloq.remote import http_error
+
+    response = httpx.Response(status, json=body) if not isinstance(body, str) else httpx.Response(status, text=body)
+    line = http_error(response, Server("http://q:1", "t", "$YOLOQ_SERVER")).line()
+    assert line.startswith(expected) and "\n" not in line, line
