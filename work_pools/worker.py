@@ -160,7 +160,12 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                     await self._wake_event.wait()
                     await anyio.sleep(EVENT_COALESCE_S)
                     self._wake_event = anyio.Event()
-                    await self.get_and_submit_flow_runs()
+                    try:
+                        await self.get_and_submit_flow_runs()
+                    except Exception as exc:  # e.g. 5xx while the database restarts: the
+                        # agent (and its segments) must live on; the poll loop tries again
+                        self._logger.warning("event-woken pass failed (%s); the poll retries",
+                                             " ".join(str(exc).split())[:200])
 
     def _on_event(self, event: Any) -> None:
         if not events_wake.in_pool(event, self._work_pool_name):
