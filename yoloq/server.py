@@ -29,6 +29,20 @@ async def bundled_collection_view(view: str) -> dict[str, Any]:
     return json.loads(local.read_text())
 
 
+def database_outage_is_retryable() -> None:
+    """Answer 503, not 500, while the database refuses connections (PostgreSQL restarting):
+    Prefect's clients (engines, workers, the CLI) retry a 503 with backoff for about a
+    minute, but fail at once on a 500. Prefect already answers 503 for a dropped connection."""
+    from prefect.server.api import server
+
+    stock = server.is_client_retryable_exception
+
+    def retryable(exc: Exception) -> bool:
+        return isinstance(exc, ConnectionError) or bool(stock(exc))
+
+    server.is_client_retryable_exception = retryable
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -40,6 +54,7 @@ def main() -> None:
     from prefect.server.api.server import create_app
 
     collections.get_collection_view = bundled_collection_view
+    database_outage_is_retryable()
     uvicorn.run(app=create_app(final=True), host=args.host, port=args.port, log_level="info",
                 timeout_keep_alive=5)
 
