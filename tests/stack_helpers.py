@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -72,3 +74,18 @@ def wait_for(predicate, what: str, timeout_s: float = 600, every_s: float = 0.5)
             return value
         time.sleep(every_s)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextmanager
+def paused_worker(stack) -> Iterator[None]:
+    """Nothing trains: the GPU worker is stopped (SIGSTOP) once its node is published."""
+    from work_pools.nodes import live_pool_gpus
+    from yoloq.stack import _read_pid
+
+    wait_for(live_pool_gpus, "the GPU worker's node", 120)
+    group = os.getpgid(_read_pid(stack, "worker"))
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)
