@@ -5,7 +5,7 @@ machine's speed). With the urgent job holding the only slot and the low job wait
 test logs in with a team token, sees the queue with the ETA, opens the preempted job and
 sees the preemption marked on its timeline, opens the usage and rules pages; no console
 errors, and every request the page makes stays on loopback. The queue page's screenshot is
-saved for the README (docs/img/queue-page.png)."""
+and the preempted job's page are saved for the README (docs/img/queue-page.png, job-page.png)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "img" / "queue-page.png"
+JOB_SCREENSHOT = SCREENSHOT.with_name("job-page.png")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  '--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1, EXCLUDE localhost']
@@ -150,6 +151,7 @@ def test_queue_job_usage_and_rules_pages(yoloq_stack, preempted_and_waiting, bro
     assert page.locator("#history tr.preempted").count() == 1
     assert page.locator("#mlflow-link").inner_text()  # the job's MLflow run
     assert page.locator("#mlflow svg.curve").count() >= 1  # epoch 1's metrics
+    page.screenshot(path=str(JOB_SCREENSHOT), full_page=True)
 
     page.click("text=Usage")
     page.wait_for_url(base + "/usage")

@@ -112,6 +112,8 @@ def _segments(scrape: Scrape) -> Iterator[Metric]:
     lengths: dict[str, list[float]] = {t.label: [] for t in Tier}
     preempted = {t.label: 0 for t in Tier}
     for run in _recent_segments(scrape.client, scrape.now):
+        if run.start_time is None:  # the filter also returns runs that never started
+            continue
         tier = segment_view(run).tier.label
         queued = run.expected_start_time or run.created
         waits[tier].append(max(0.0, (run.start_time - queued).total_seconds()))
