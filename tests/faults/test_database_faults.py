@@ -6,6 +6,7 @@ the project's `services.sh` in its own folder and port), never the shared one.""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -34,7 +35,7 @@ class OwnPostgres:
     def __init__(self) -> None:
         from yoloq.stack import free_port
 
-        folder = Path(tempfile.mkdtemp(prefix="yoloq-pg-"))
+        self.folder = folder = Path(tempfile.mkdtemp(prefix="yoloq-pg-"))
         folder.chmod(0o755)  # the postgres user must reach it
         self.port = free_port()
         self.env = {**os.environ, "YOLOQ_SERVICES_DIR": str(folder), "YOLOQ_PG_PORT": str(self.port)}
@@ -58,6 +59,7 @@ def own_postgres(monkeypatch):
         yield pg
     finally:
         pg.ctl("stop")
+        shutil.rmtree(pg.folder, ignore_errors=True)
 
 
 def test_postgres_restarted_mid_training(own_postgres, session_dir, tmp_path):
