@@ -28,6 +28,11 @@ def run_cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess
                           timeout=timeout, env=env, check=False)
 
 
+def ok(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 0, (out.returncode, out.stdout[-500:], out.stderr[-1500:])
+    return out.stdout
+
+
 def one_line_error(out: subprocess.CompletedProcess, *needles: str) -> str:
     assert out.returncode == 2, (out.returncode, out.stdout[-500:], out.stderr[-1500:])
     lines = out.stderr.strip().splitlines()
@@ -96,15 +101,15 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     job_id = submitted["job_id"]
     assert submitted["analysis"]["name"] == "remote-cancel" and submitted["source"] == str(spec)
 
-    status = json.loads(run_cli(logged_in, "status", job_id, "--json").stdout)
+    status = json.loads(ok(run_cli(logged_in, "status", job_id, "--json")))
     assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 3
     listing = run_cli(logged_in, "status")
     assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
-    assert run_cli(logged_in, "queue", "--json").returncode == 0
+    assert isinstance(json.loads(ok(run_cli(logged_in, "queue", "--json"))), list)
 
     intruder = run_cli(dict(os.environ), "team", "add", f"{team[0]}-other").stdout.strip().splitlines()[-1]
     one_line_error(run_cli({**logged_in, "YOLOQ_TOKEN": intruder}, "cancel", job_id), "403", team[0])
-    assert "Cancel" not in json.loads(run_cli(logged_in, "status", job_id, "--json").stdout)["state"]
+    assert "Cancel" not in json.loads(ok(run_cli(logged_in, "status", job_id, "--json")))["state"]
 
     cancelled = run_cli(logged_in, "cancel", job_id, "--reason", "remote test")
     assert cancelled.returncode == 0 and cancelled.stdout.startswith(f"cancelling {job_id} ("), cancelled.stderr
@@ -112,7 +117,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     assert final["state"] == "Cancelled", final
     history = run_cli(logged_in, "history", job_id)
     assert history.returncode == 0 and "submitted" in history.stdout, history.stderr
-    audit = json.loads(run_cli(logged_in, "audit", "--job", job_id, "--json").stdout)
+    audit = json.loads(ok(run_cli(logged_in, "audit", "--job", job_id, "--json")))
     events = {row["event"]: row for row in audit}
     assert {"yoloq.job.submitted", "yoloq.job.cancelled"} <= events.keys(), audit
     assert events["yoloq.job.cancelled"]["actor"].startswith(team[0]), "the token's team acted"
@@ -126,7 +131,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
 def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tiny_dataset, tmp_path):
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-logs", team=team[0], epochs=1,
                       segment_epochs=1, export=[])
-    job_id = json.loads(run_cli(logged_in, "submit", str(spec), "--json").stdout)["job_id"]
+    job_id = json.loads(ok(run_cli(logged_in, "submit", str(spec), "--json")))["job_id"]
     followed = run_cli(logged_in, "logs", job_id, "--follow", "--interval", "1", timeout=900)
     assert followed.returncode == 0, followed.stderr
     assert "epoch 1 done" in followed.stdout and f"{job_id}-" in followed.stdout, followed.stdout[-3000:]

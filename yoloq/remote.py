@@ -11,7 +11,8 @@ from typing_extensions import Self
 from yoloq.credentials import Server
 from yoloq.errors import UserError, one_line
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 120.0  # a busy server (first MLflow use, a loaded host) can take tens of seconds
+CONNECT_TIMEOUT_S = 10.0
 
 
 class Remote:
@@ -19,7 +20,8 @@ class Remote:
 
     def __init__(self, server: Server, timeout_s: float = TIMEOUT_S) -> None:
         self.server = server
-        self._http = httpx.Client(base_url=f"{server.url}/v1", timeout=timeout_s,
+        self._http = httpx.Client(base_url=f"{server.url}/v1",
+                                  timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
                                   headers={"Authorization": f"Bearer {server.token}"})
 
     def __enter__(self) -> Self:
@@ -40,6 +42,10 @@ class Remote:
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
+        except httpx.ReadTimeout:
+            raise UserError("server", f"{self.server.url} did not answer {method} /v1{path} within "
+                            f"{self._http.timeout.read:g} s", "try again; if it persists, see the server's "
+                            "api.log") from None
         except httpx.TransportError as exc:
             raise UserError("server", f"no yoloq server answers on {self.server.url} "
                             f"({type(exc).__name__}; from {self.server.source})",
