@@ -75,9 +75,20 @@ def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> s
     return keep.decode(errors="replace").strip()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist controller: tell each worker where to report escapes outside its tests."""
+    node.workerinput["yoloq_netguard_reports"] = str(_SESSION_DIR)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if any process tried a non-loopback connection at any time, fixtures and
-    teardown included (the per-test check cannot see those)."""
+    teardown included (the per-test check cannot see those). Under pytest-xdist each worker
+    writes its report into the controller's folder, and the controller fails the run."""
+    reports = sorted(_SESSION_DIR.glob("netguard-report-*.txt"))
+    if reports:
+        print("\n" + "\n".join(r.read_text() for r in reports), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not _NETGUARD_LOG.exists() or _NETGUARD_LOG.stat().st_size == 0:
         return
     blamed = ", ".join(sorted({nodeid for _, _, nodeid in _ATTRIBUTED}))
@@ -90,6 +101,10 @@ def pytest_sessionfinish(session, exitstatus):
         report.append("  outside any test (session/module fixtures, teardown, leftovers):")
         report.extend("    " + line[:600] for line in rest.splitlines()[:20])
     print("\n" + "\n".join(report), file=sys.stderr)
+    controller = getattr(session.config, "workerinput", {}).get("yoloq_netguard_reports")
+    if controller:
+        worker = session.config.workerinput.get("workerid", "worker")
+        (Path(controller) / f"netguard-report-{worker}.txt").write_text("\n".join(report))
     if session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
