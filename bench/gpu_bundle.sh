@@ -7,8 +7,10 @@
 #
 # Steps: the missing packages at this venv's versions (bench/gpu_bundle.py), downloaded as
 # CPython 3.12 manylinux x86-64 wheels, plus the project's own wheel (its entry points register
-# the yolo-gpu worker type); installed into one folder with --target; pruned of caches, tests
-# and MLflow's web UI (tracking and the REST API work without it); packed with xz. The run tool
+# the yolo-gpu worker type); installed into one folder with --target; pruned of caches, tests,
+# MLflow's and Prefect's web UIs (the API works without them; gpu_check.sh sets
+# PREFECT_UI_ENABLED=false) and botocore's models of services other than S3/STS/SSO; packed
+# with xz. Estimated from this venv's files: about 57 MiB. The run tool
 # carries at most 64 MiB with the working tree: the script fails when the archive is larger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +29,10 @@ echo "gpu_bundle: $(wc -l < "$work/requirements.txt") packages to fetch"
     "$work"/wheels/*.whl
 find "$work/site" -name __pycache__ -type d -prune -exec rm -rf {} +
 find "$work/site" -path '*/tests' -type d -prune -exec rm -rf {} +
-rm -rf "$work/site/mlflow/server/js"
+rm -rf "$work/site/mlflow/server/js" "$work/site/prefect/server/ui" "$work/site/prefect/server/ui-v2"
+# botocore's API models: yoloq talks to S3 only (27 MiB of already-gzipped data for 449 services)
+find "$work/site/botocore/data" -mindepth 1 -maxdepth 1 -type d \
+    ! -name s3 ! -name sts ! -name sso ! -name sso-oidc -exec rm -rf {} +
 tar -cJf .gpu-site.tar.xz -C "$work/site" .
 size_mib=$(( $(stat -c %s .gpu-site.tar.xz) / 1048576 ))
 grep -qx '/.gpu-site.tar.xz' .git/info/exclude 2>/dev/null || echo '/.gpu-site.tar.xz' >> .git/info/exclude

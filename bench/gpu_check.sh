@@ -24,6 +24,7 @@ if [ -f .gpu-site.tar.xz ]; then
     tar -xJf .gpu-site.tar.xz -C /tmp/yoloq-site || { echo "gpu_check: could not unpack .gpu-site.tar.xz" >&2; exit 1; }
     export PYTHONPATH="$PWD:/tmp/yoloq-site${PYTHONPATH:+:$PYTHONPATH}"  # the tree's code first
     export PATH="/tmp/yoloq-site/bin:$PATH"
+    export PREFECT_UI_ENABLED=false  # the bundle leaves Prefect's web UI out
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
