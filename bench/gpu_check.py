@@ -188,7 +188,7 @@ def main() -> None:
         step_inventory(check)
         step_exactness(check)
         step_bench(check, "checkpoint", "checkpoint_cost.py", check.sizes.checkpoint, 120,
-                   (r"save|write|interval|MB",))
+                   (r"save|write|interval|MB", r"^\s+(folder|s3)"))
         step_bench(check, "decide", "decide.py", check.sizes.decide, 90, (r"decide|ms",))
         step_bench(check, "overhead", "overhead.py", check.sizes.overhead, 300,
                    (r"^ratio", r"^warm ", r"plain ultralytics", r"yoloq warm"))
