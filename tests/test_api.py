@@ -89,13 +89,21 @@ def vision_job(api, tokens, tiny_dataset):
     api.delete(f"/v1/jobs/{body['job_id']}", headers=bearer(token))
 
 
-def job_events(yoloq_stack, job_id: str) -> list[dict]:
+def audit_rows(**filters) -> list[dict]:
     from prefect.client.orchestration import get_client
 
     from yoloq.auditlog import read_audit
 
     with get_client(sync_client=True) as client:
-        return read_audit(client, job_id=job_id)
+        return read_audit(client, **filters)
+
+
+def job_events(yoloq_stack, job_id: str) -> list[dict]:
+    return audit_rows(job_id=job_id)
+
+
+def team_events(team: str) -> list[dict]:
+    return [e for e in audit_rows(team=team) if e["event"].startswith("yoloq.team.")]
 
 
 def test_up_serves_the_api_with_openapi_docs(api):
@@ -163,6 +171,10 @@ def test_a_rotated_token_is_refused_and_the_new_one_works(tokens, api, yoloq_sta
     assert api.get("/v1/me", headers=bearer(new)).status_code == 200
     assert api.delete(f"/v1/teams/{team}", headers=bearer(tokens["admin"])).status_code == 200
     assert api.get("/v1/me", headers=bearer(new)).status_code == 401
+    changes = wait_for(lambda: (found := team_events(team)) and len(found) >= 2 and found,
+                       "the team's audit events", 60)
+    assert [(e["event"], e["actor"].split("/")[1]) for e in changes] == [
+        ("yoloq.team.token_rotated", "alice"), ("yoloq.team.removed", "alice")]  # the admin's label
 
 
 def _count(api, token, team) -> int:

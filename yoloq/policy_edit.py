@@ -50,7 +50,7 @@ def set_quota(team: str, tu: float | None, period: str = "day", reason: str = "c
 
     edit_policy(change)
     before = old[0].model_dump() if old[0] else None
-    _emit_team_event("quota_changed", team, reason, old=before,
+    emit_team_event("quota_changed", team, reason, old=before,
                      new=None if tu is None else {"tu": tu, "period": period})
     return before
 
@@ -69,7 +69,7 @@ def set_limits(team: str, weight: float | None = None, cap: str | None = None) -
 
     if weight is not None or label is not None:
         edit_policy(change)
-        _emit_team_event("limits_changed", team, "changed by admin", weight=weight, cap=label)
+        emit_team_event("limits_changed", team, "changed by admin", weight=weight, cap=label)
 
 
 def forget_team(team: str) -> None:
@@ -90,7 +90,8 @@ def team_limits(policy, team: str) -> dict[str, Any]:
             "quota": {"tu": quota.tu, "period": quota.period} if quota else None}
 
 
-def _emit_team_event(kind: str, team: str, reason: str, **payload: Any) -> None:
+def emit_team_event(kind: str, team: str, reason: str, **payload: Any) -> None:
+    """A `yoloq.team.<kind>` audit event naming the acting caller."""
     from prefect.events import emit_event
 
     from yoloq.events import actor

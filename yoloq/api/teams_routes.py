@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from yoloq.api.auth import Admin, team_store
+from yoloq.teams import Caller
 
 router = APIRouter(tags=["teams (admin)"])
 
@@ -52,12 +53,15 @@ def add_team(new: NewTeam, who: Admin) -> dict[str, Any]:
     from yoloq.commands.team import add_team as add
 
     token = add(team_store(), new.name, new.weight, new.cap, new.owner, new.admin, new.label, who.actor)
+    _audit("added", new.name, who, admin=new.admin, owner=new.owner, label=new.label)
     return {"team": new.name, "token": token}
 
 
 @router.post("/teams/{name}/rotate", summary="A new token for the team; the old one stops working")
 def rotate(name: str, who: Admin) -> dict[str, Any]:
-    return {"team": name, "token": team_store().rotate(name)}
+    token = team_store().rotate(name)
+    _audit("token_rotated", name, who)
+    return {"team": name, "token": token}
 
 
 @router.delete("/teams/{name}", summary="Remove a team and its token (its jobs stay)")
@@ -65,6 +69,7 @@ def remove(name: str, who: Admin) -> dict[str, Any]:
     from yoloq.commands.team import remove_team
 
     remove_team(team_store(), name, who.actor)
+    _audit("removed", name, who)
     return {"team": name, "removed": True}
 
 
@@ -89,3 +94,13 @@ def quota(name: str, change: QuotaChange, who: Admin) -> dict[str, Any]:
     with stack_client(), acting_as(who.actor):
         old = set_quota(name, change.tu, change.period, change.reason)
     return {"team": name, "old": old, "new": None if change.tu is None else {"tu": change.tu, "period": change.period}}
+
+
+def _audit(kind: str, team: str, who: Caller, **payload: Any) -> None:
+    """`yoloq.team.added|token_rotated|removed`, with the admin as actor."""
+    from yoloq.commands._client import stack_client
+    from yoloq.events import acting_as
+    from yoloq.policy_edit import emit_team_event
+
+    with stack_client(), acting_as(who.actor):
+        emit_team_event(kind, team, "through the API", **payload)
