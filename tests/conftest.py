@@ -20,6 +20,9 @@ _NETGUARD_LOG = _SESSION_DIR / "netguard.log"
 # Before anything imports prefect, mlflow or ultralytics.
 os.environ["YOLOQ_HOME"] = str(_SESSION_DIR / "home")
 os.environ["YOLOQ_NETGUARD_LOG"] = str(_NETGUARD_LOG)
+# Upload a checkpoint every epoch (the default chooses by cost, which on these tiny jobs means
+# rarely): the fault tests count the epochs a crash makes a job retrain.
+os.environ.setdefault("YOLOQ_CHECKPOINT_EVERY", "1")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(_NETGUARD_DIR)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 )

@@ -438,7 +438,9 @@ def test_segments_train_from_an_s3_dataset_through_the_node_cache(s3, bucket, lo
             "epochs": 2, "imgsz": 32, "batch": 4, "segment_epochs": 1, "export": [],
             "train_args": {"seed": 0, "deterministic": True, "workers": 0, "plots": False}}
     node = tmp_path / "node"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_URL")}
+    # No Prefect setting of the session stack (its profile names the stack's API URL): this node
+    # process runs its flows on a throw-away ephemeral server of its own.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(YOLOQ_HOME=str(node), PREFECT_HOME=str(node / "prefect"), YOLOQ_DATASET_CACHE_GB="1",
                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="240")  # a busy 2-core host
 

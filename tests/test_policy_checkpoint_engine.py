@@ -60,7 +60,7 @@ def test_periodic_checkpoints_skip_epochs_and_stay_exact(tmp_path):
 
 
 @pytest.mark.parametrize("value, expected", [
-    pytest.param(None, 1, id="unset-every-epoch"),
+    pytest.param(None, None, id="unset-by-cost"),
     pytest.param("auto", None, id="auto-by-cost"),
     pytest.param("4", 4, id="fixed"),
 ])

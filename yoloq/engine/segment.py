@@ -12,7 +12,7 @@ every `checkpoint_every` epochs. With `checkpoint_every=None` the segment
 measures its own epoch time and its first upload's time and asks
 `work_pools.policy.checkpoints.checkpoint_interval` (at most 2% overhead, a crash
 loses at most `max_crash_loss_s`). `YOLOQ_CHECKPOINT_EVERY` sets the default:
-"auto" (by cost) or a number of epochs (1 when unset). Exactness holds at any
+"auto" (by cost, the default) or a number of epochs. Exactness holds at any
 interval: every uploaded file is an exact epoch boundary.
 """
 
@@ -37,11 +37,9 @@ CHECKPOINT_EVERY_ENV = "YOLOQ_CHECKPOINT_EVERY"
 
 
 def checkpoint_every_from_env() -> int | None:
-    """`YOLOQ_CHECKPOINT_EVERY`: "auto" -> None (by cost), a positive number, or 1 when unset."""
+    """`YOLOQ_CHECKPOINT_EVERY`: "auto" or unset -> None (by cost), or a positive number."""
     value = os.environ.get(CHECKPOINT_EVERY_ENV, "").strip().lower()
-    if not value:
-        return 1
-    if value == "auto":
+    if value in ("", "auto"):
         return None
     if not value.isdigit() or int(value) < 1:
         raise UserError(CHECKPOINT_EVERY_ENV, f"{value!r} is not a number of epochs",
