@@ -156,7 +156,7 @@ def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, lo
                             env=logged_in, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = ""
     deadline = time.monotonic() + 120
-    while seen.count("every 0.3s") < 2 and time.monotonic() < deadline:
+    while seen.count("every 0.3s") < 2 and time.monotonic() < deadline and proc.poll() is None:
         seen += proc.stdout.readline()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
