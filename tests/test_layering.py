@@ -21,6 +21,8 @@ KNOWN_CIRCLES = {
     frozenset({"yoloq.engine.segment", "yoloq.engine.yolov5", "yoloq.engine.yolov5.segment"}),
     frozenset({"yoloq.engine.yolov5.finalise", "yoloq.evaluate", "yoloq.export"}),
     frozenset({"work_pools.simulate.engine", "work_pools.simulate.sharing"}),
+    # came with the remote CLI (7230c32): submit's remote path imports submit's helpers back
+    frozenset({"yoloq.commands._remote_submit", "yoloq.commands.submit"}),
 }
 
 
