@@ -71,7 +71,7 @@ def preempted_and_waiting(yoloq_stack, tiny_dataset, tmp_path_factory):
                                 team="oncall", priority="urgent", epochs=1, segment_epochs=1))
     try:
         wait_for(lambda: any((s.labels or {}).get("yoloq.preempt") == "requested" for s in _segments(low)),
-                 "the preemption request", timeout_s=300)
+                 "the preemption request", timeout_s=600)  # the urgent parent starts slowly under load
     finally:
         thaw(pid)
     urgent_pid = freeze(wait_for(lambda: _training(urgent), f"{urgent} training", timeout_s=600))
