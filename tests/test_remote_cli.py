@@ -131,12 +131,12 @@ def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tin
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-logs", team=team[0], epochs=1,
                       segment_epochs=1, export=[])
     job_id = json.loads(ok(run_cli(logged_in, "submit", str(spec), "--json")))["job_id"]
-    followed = run_cli(logged_in, "logs", job_id, "--follow", "--interval", "1", timeout=900)
+    followed = run_cli(logged_in, "logs", job_id, "--follow", "--interval", "1", "--json", timeout=900)
     assert followed.returncode == 0, followed.stderr
-    lines = followed.stdout.strip().splitlines()
-    trained = [line for line in lines if "epoch 1 done" in line]
-    assert trained and f"  {job_id}.s1." in trained[0], followed.stdout[-3000:]  # the segment run's line
-    assert len(lines) == len(set(lines)), "each line once"
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    trained = [line for line in lines if "epoch 1 done" in line["message"]]
+    assert trained and trained[0]["run"].startswith(f"{job_id}.s1."), lines[-20:]  # the segment run's line
+    assert len(lines) == len({line["id"] for line in lines}), "each log record once"
     local = subprocess.run([sys.executable, "-m", "yoloq.cli", "logs", job_id, "--json"], capture_output=True,
                            text=True, timeout=300, check=False)  # on the server host: Prefect directly
     assert local.returncode == 0, local.stderr
