@@ -24,8 +24,9 @@ import yaml
 
 from yoloq import cli
 from yoloq.analysis import analyse
+from yoloq.analysis.families import REFUSED_FAMILIES
 from yoloq.analysis.fingerprint import fingerprint
-from yoloq.analysis.models import REFUSED_FAMILIES, engine_of_model, resolve_model_name
+from yoloq.analysis.models import engine_of_model, resolve_model_name
 from yoloq.errors import ModelError
 from yoloq.spec import parse_spec
 from yoloq.synth import synth_dataset

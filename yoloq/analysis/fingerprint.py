@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from yoloq.analysis.models import (
+from yoloq.analysis.families import (
     VERSIONS,
     YOLOV5,
     engine_for,
