@@ -19,7 +19,6 @@ KNOWN_CIRCLES = {
                "yoloq.datasets.s3_source"}),
     frozenset({"yoloq.engine.segment", "yoloq.engine.yolov5", "yoloq.engine.yolov5.segment"}),
     frozenset({"yoloq.engine.yolov5.finalise", "yoloq.evaluate", "yoloq.export"}),
-    frozenset({"work_pools.simulate.engine", "work_pools.simulate.sharing"}),
     # came with the remote CLI (7230c32): submit's remote path imports submit's helpers back
     frozenset({"yoloq.commands._remote_submit", "yoloq.commands.submit"}),
 }

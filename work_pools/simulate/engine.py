@@ -22,73 +22,17 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from work_pools.policy import fairshare
 from work_pools.policy.decide import decide
-from work_pools.policy.eta import Eta
 from work_pools.policy.model import Gpu, Policy, Segment, Snapshot, Throttle
 from work_pools.simulate.etas import EtaTracker
+from work_pools.simulate.jobrun import BATCH, JobRun, memory_model
 from work_pools.simulate.sharing import Sharing
 from work_pools.simulate.trace import TraceJob
 
 _EPS = 1e-6
-
-
-@dataclass
-class JobRun:
-    """A job's life in the simulation (mutable: this is the simulator's own state)."""
-
-    spec: TraceJob
-    est_duration_s: float
-    done_s: float = 0.0  # reference seconds of work done
-    gpus_held: tuple[int, ...] = ()
-    speed: float = 0.0
-    run_start: float = 0.0  # since the last speed change (progress accounting)
-    started_seg_at: float = 0.0  # when the current segment started
-    held_since: float = 0.0  # when the job's uninterrupted hold of its GPUs began
-    last_gpus: tuple[int, ...] = ()
-    last_stop: float | None = None
-    waiting_since: float = 0.0
-    segment_no: int = 0
-    first_start: float | None = None
-    finish: float | None = None
-    preemptions: int = 0
-    redone_gpu_s: float = 0.0
-    run_s: float = 0.0
-    speed_s: float = 0.0  # integral of speed over run time (for the mean speed)
-    attained_gpu_s: float = 0.0
-    held: deque = field(default_factory=deque)  # (start, end) intervals holding a GPU
-    eta: Eta | None = None  # calibrated (what the board shows)
-    eta_raw: Eta | None = None  # the forward run alone
-    segment: Segment | None = None  # cached waiting segment
-    in_system_at_submit: float = 0.0  # the simulator's jobs-in-system integral at submit
-    in_system_at_finish: float = 0.0
-    batch: int = 16  # the simulator's batch (a throttle lowers it)
-    throttled: int = 0  # times this job was throttled (soft preemption)
-    sharing_with: str | None = None  # job id sharing this job's GPU
-
-    @property
-    def mem_gb(self) -> float:
-        """Memory at the current batch: 35% fixed, 65% proportional to the batch."""
-        fixed, per_image = _memory_model(self.spec.gpu_mem_gb)
-        return fixed + self.batch * per_image
-
-    @property
-    def epoch_s(self) -> float:
-        return self.spec.duration_s / self.spec.epochs
-
-    @property
-    def id(self) -> str:
-        return self.spec.job_id
-
-
-BATCH = 16
-_FIXED_SHARE = 0.35
-
-
-def _memory_model(mem_gb: float) -> tuple[float, float]:
-    return _FIXED_SHARE * mem_gb, (1 - _FIXED_SHARE) * mem_gb / BATCH
 
 
 @dataclass
@@ -319,7 +263,7 @@ class Simulator(Sharing):
 
     def _base_segment(self, job: JobRun, done: float) -> Segment:
         spec = job.spec
-        fixed, per_image = _memory_model(spec.gpu_mem_gb)
+        fixed, per_image = memory_model(spec.gpu_mem_gb)
         return Segment(
             id=f"{spec.job_id}/{job.segment_no}", job_id=spec.job_id, team=spec.team,
             tier=spec.tier, submitted_at=spec.submit_time, waiting_since=job.waiting_since,

@@ -9,12 +9,9 @@ back to full speed. Mixed into `engine.Simulator`.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from work_pools.policy.model import Throttle
-
-if TYPE_CHECKING:
-    from work_pools.simulate.engine import JobRun
+from work_pools.simulate.jobrun import JobRun
 
 _EPS = 1e-6
 
