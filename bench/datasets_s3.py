@@ -26,7 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from blocks.s3 import make_s3_client
-from yoloq.analysis.dataset import IMG_FORMATS, validate_dataset
+from yoloq.analysis.dataset import IMG_FORMATS
+from yoloq.analysis.validate import validate_dataset
 from yoloq.datasets.cache import DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
 from yoloq.datasets.sync import sync_dataset

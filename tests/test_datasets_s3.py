@@ -24,7 +24,8 @@ from test_checkpoint_store import s3_env  # noqa: F401  (the module-scoped S3 se
 
 from blocks.s3 import make_s3_client
 from flows.recovery import is_transient
-from yoloq.analysis.dataset import IMG_FORMATS, validate_dataset
+from yoloq.analysis.dataset import IMG_FORMATS
+from yoloq.analysis.validate import validate_dataset
 from yoloq.datasets.cache import MANIFEST, DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
 from yoloq.datasets.s3_source import DatasetUnreachable, open_s3_dataset

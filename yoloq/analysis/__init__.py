@@ -17,7 +17,7 @@ from yoloq.analysis.fingerprint import fingerprint as fingerprint
 
 _EXPORTS = {
     "Analysis": "core", "analyse": "core", "analyse_file": "core",
-    "DatasetInfo": "dataset", "validate_dataset": "dataset",
+    "DatasetInfo": "dataset", "validate_dataset": "validate",
 }
 __all__ = ["Analysis", "DatasetInfo", "Fingerprint", "analyse", "analyse_file", "fingerprint",
            "validate_dataset"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from yoloq import gpus
 from yoloq.analysis import classify, estimates, train_args
-from yoloq.analysis.dataset import DatasetInfo, validate_dataset
+from yoloq.analysis.dataset import DatasetInfo
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
 from yoloq.analysis.models import (
     ModelInfo,
@@ -18,6 +18,7 @@ from yoloq.analysis.models import (
     resolve_model_name,
     yolov5_exactness,
 )
+from yoloq.analysis.validate import validate_dataset
 from yoloq.errors import ModelError, SpecError
 from yoloq.segments import segment_epochs_for
 from yoloq.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec

@@ -268,12 +268,11 @@ def label_path(image: str) -> Path:
     return Path(sb.join(image.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt")
 
 
-def validate_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> DatasetInfo:
-    """Check a detection data YAML, its image folders and label files; raise DatasetError."""
-    if str(data_yaml).startswith("s3://"):  # listed and labels read in S3, images not downloaded
-        from yoloq.datasets.s3_analysis import validate_s3_dataset
+def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> DatasetInfo:
+    """Check a local detection data YAML, its image folders and label files; raise DatasetError.
 
-        return validate_s3_dataset(str(data_yaml), limit)
+    `yoloq.analysis.validate.validate_dataset` also takes `s3://` datasets.
+    """
     yaml_path = _resolved("data", Path(data_yaml).expanduser())
     data = load_data_yaml(yaml_path)
     names = check_names(data)
