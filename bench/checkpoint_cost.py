@@ -34,7 +34,7 @@ EPOCH_TIMES_S = (10.0, 60.0, 300.0, 1200.0)
 
 def real_checkpoint(root: Path) -> tuple[Path, float]:
     """(resumable last.pt, wall seconds of its one training epoch)."""
-    from yoloq.engine.segment import SegmentRequest, run_segment
+    from yoloq.engine import SegmentRequest, run_segment
     from yoloq.spec import parse_spec
     from yoloq.synth import synth_dataset
 

@@ -6,12 +6,7 @@ moved file) continues bit-identically. Import `run_segment` from here; nothing
 in this package talks to Prefect.
 """
 
-from yoloq.engine.segment import (
-    NoHooks,
-    SegmentHooks,
-    SegmentRequest,
-    SegmentResult,
-    run_segment,
-)
+from yoloq.engine.dispatch import run_segment
+from yoloq.engine.segment import NoHooks, SegmentHooks, SegmentRequest, SegmentResult
 
 __all__ = ["NoHooks", "SegmentHooks", "SegmentRequest", "SegmentResult", "run_segment"]

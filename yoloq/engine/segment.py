@@ -170,17 +170,10 @@ class _SegmentRun:
         return plan.every_epochs
 
 
-def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> SegmentResult:
-    """Train one segment in this process and return where its outputs are."""
+def run_ultralytics_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> SegmentResult:
+    """Train one segment of an ultralytics model in this process and return where its outputs
+    are (`yoloq.engine.run_segment` picks this engine or yolov5's by the model's family)."""
     hooks = hooks or NoHooks()
-    from yoloq.analysis.models import (
-        engine_of_model,  # the model's family picks the engine
-    )
-
-    if engine_of_model(request.spec.model) == "yolov5":
-        from yoloq.engine.yolov5 import run_segment as run_yolov5
-
-        return run_yolov5(request, hooks)
     offline.apply()
     rng_isolation.isolate()  # other threads' draws must not shift the augmentations
     point = _resume_point(request)

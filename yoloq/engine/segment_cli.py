@@ -15,7 +15,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from yoloq.engine.segment import CHECKPOINT_EVERY_ENV, SegmentRequest, run_segment
+from yoloq.engine.dispatch import run_segment
+from yoloq.engine.segment import CHECKPOINT_EVERY_ENV, SegmentRequest
 from yoloq.errors import UserError
 from yoloq.spec import load_spec
 
