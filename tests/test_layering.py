@@ -15,7 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("yoloq", "work_pools", "blocks", "flows")
 
 KNOWN_CIRCLES = {
-    frozenset({"yoloq.engine.yolov5.finalise", "yoloq.evaluate", "yoloq.export"}),
     # came with the remote CLI (7230c32): submit's remote path imports submit's helpers back
     frozenset({"yoloq.commands._remote_submit", "yoloq.commands.submit"}),
 }

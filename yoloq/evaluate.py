@@ -7,31 +7,15 @@ the flow turns into MLflow metrics and a Prefect table artifact.
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from yoloq import offline
+from yoloq.model_results import EvalResult, evaluation_split
 from yoloq.paths import state_paths
 
 _ULTRALYTICS_INTEGRATIONS = ("sync", "mlflow", "clearml", "comet", "dvc", "hub", "neptune",
                              "raytune", "tensorboard", "wandb")
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    split: str                                  # "test" or "val"
-    metrics: dict[str, float]                   # e.g. "metrics/mAP50(B)": 0.61
-    per_class: list[dict[str, Any]]             # rows for a table artifact
-    speed_ms: dict[str, float] = field(default_factory=dict)  # per image: inference, ...
-    save_dir: Path | None = None
-
-    @property
-    def table(self) -> list[dict[str, Any]]:
-        """The per-class rows, under the name Prefect's table artifact uses."""
-        return self.per_class
 
 
 def load_yolo(weights: Path, task: str | None = None) -> Any:
@@ -53,12 +37,6 @@ def quiet_ultralytics() -> None:
         wanted = {k: False for k in _ULTRALYTICS_INTEGRATIONS if k in SETTINGS}
         if any(SETTINGS.get(k) is not False for k in wanted):
             SETTINGS.update(wanted)
-
-
-def evaluation_split(data: Path) -> str:
-    """`test` when the data YAML declares a non-empty test split, else `val`."""
-    config = yaml.safe_load(Path(data).read_text()) or {}
-    return "test" if config.get("test") else "val"
 
 
 def evaluate(weights: Path, data: Path, imgsz: int, batch: int, device: str = "cpu",

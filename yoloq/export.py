@@ -13,32 +13,16 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from yoloq.errors import UserError
 from yoloq.evaluate import is_yolov5_weights, load_yolo, metrics_of
+from yoloq.model_results import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
 from yoloq.spec import EXPORT_FORMATS
 
 DEFAULT_FORMATS = ("torchscript",)
-# Largest raw-output difference accepted, relative to the output's magnitude (fp32 exports
-# measured about 1e-7 here: float reassociation, not a different model).
-OUTPUT_TOLERANCE = 1e-3
 
-
-@dataclass(frozen=True)
-class ExportedModel:
-    format: str
-    path: Path
-    size: int                        # bytes
-    verification: dict[str, float]   # validation metrics of the exported file itself
-    verified_by: str                 # how: "ultralytics val (torchscript)", ...
-    max_output_diff: float           # largest |exported - PyTorch| raw output on one input
-
-
-class ExportVerificationError(RuntimeError):
-    """An exported file could not be loaded back or validated."""
 
 
 def export(weights: Path, formats: list[str], dest_dir: Path, data: Path, imgsz: int,
@@ -115,7 +99,7 @@ def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[
             results = load_yolo(path, task="detect").val(
                 data=str(data), imgsz=imgsz, batch=1, device=device, workers=0,
                 project=project, name=fmt, plots=False, verbose=False, **options)
-        except Exception as error:  # noqa: BLE001 - any failure means "not verified"
+        except Exception as error:
             raise ExportVerificationError(f"{path.name}: validation of the export failed: "
                                           f"{error}") from error
     metrics = metrics_of(results)

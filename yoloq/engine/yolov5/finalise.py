@@ -22,8 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from yoloq.engine.yolov5 import environment
-from yoloq.evaluate import EvalResult, evaluation_split
-from yoloq.export import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
+from yoloq.model_results import (
+    OUTPUT_TOLERANCE,
+    EvalResult,
+    ExportedModel,
+    ExportVerificationError,
+    evaluation_split,
+)
 
 METRIC_KEYS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
 SPEED_KEYS = ("preprocess", "inference", "postprocess")

@@ -1,0 +1,53 @@
+"""What evaluating and exporting a model return, whichever engine trained it.
+
+Below `evaluate` and `export` (the ultralytics path, which hands original YOLOv5 weights
+to `engine.yolov5.finalise`) and below `finalise` itself, so neither side imports the other
+back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    split: str                                  # "test" or "val"
+    metrics: dict[str, float]                   # e.g. "metrics/mAP50(B)": 0.61
+    per_class: list[dict[str, Any]]             # rows for a table artifact
+    speed_ms: dict[str, float] = field(default_factory=dict)  # per image: inference, ...
+    save_dir: Path | None = None
+
+    @property
+    def table(self) -> list[dict[str, Any]]:
+        """The per-class rows, under the name Prefect's table artifact uses."""
+        return self.per_class
+
+
+def evaluation_split(data: Path) -> str:
+    """`test` when the data YAML declares a non-empty test split, else `val`."""
+    config = yaml.safe_load(Path(data).read_text()) or {}
+    return "test" if config.get("test") else "val"
+
+
+# Largest raw-output difference accepted, relative to the output's magnitude (fp32 exports
+# measured about 1e-7 here: float reassociation, not a different model).
+OUTPUT_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    format: str
+    path: Path
+    size: int                        # bytes
+    verification: dict[str, float]   # validation metrics of the exported file itself
+    verified_by: str                 # how: "ultralytics val (torchscript)", ...
+    max_output_diff: float           # largest |exported - PyTorch| raw output on one input
+
+
+class ExportVerificationError(RuntimeError):
+    """An exported file could not be loaded back or validated."""
