@@ -208,3 +208,18 @@ def test_block_with_explicit_uri_and_experiment(tracking_uri: str) -> None:
     experiment = tracker.client.get_experiment_by_name("other")
     assert tracker.client.get_run(run_id).info.experiment_id == experiment.experiment_id
     assert location.artifact_location().endswith("/store/mlartifacts")
+
+
+def test_a_process_hung_on_the_store_lock_does_not_stall_later_jobs(tmp_path):
+    """The first-use lock serialises only the store's creation: once the store exists, a
+    process frozen while holding the lock (SIGSTOP, a hung data loader) blocks nobody."""
+    import fcntl
+    import threading
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    JobTracker(uri)  # first use: creates (migrates) the store under the lock
+    with open(tmp_path / "mlflow.db.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the frozen process would hold it
+        opened = threading.Event()
+        threading.Thread(target=lambda: (JobTracker(uri), opened.set()), daemon=True).start()
+        assert opened.wait(60), "a second tracker waited on the lock a hung process holds"

@@ -272,18 +272,26 @@ class JobTracker:
 @contextmanager
 def _first_use_lock(tracking_uri: str) -> Iterator[None]:
     """Serialise first access to a SQLite store: MLflow migrates a new database on first
-    use, and two segments starting at once would race on that migration."""
+    use, and two segments starting at once would race on that migration. Once a first use
+    has succeeded (`<db>.ready`), nobody locks: a hung process holding the lock (a frozen
+    data loader) must not stall every other job's MLflow access."""
     if not tracking_uri.startswith("sqlite:///"):
         yield
         return
     import fcntl
 
-    lock_path = Path(tracking_uri.removeprefix("sqlite:///") + ".lock")
+    db_path = tracking_uri.removeprefix("sqlite:///")
+    ready = Path(db_path + ".ready")
+    if ready.exists():
+        yield
+        return
+    lock_path = Path(db_path + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
+            ready.touch()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
