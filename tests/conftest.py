@@ -20,6 +20,10 @@ _NETGUARD_LOG = _SESSION_DIR / "netguard.log"
 # Before anything imports prefect, mlflow or ultralytics.
 os.environ["YOLOQ_HOME"] = str(_SESSION_DIR / "home")
 os.environ["YOLOQ_NETGUARD_LOG"] = str(_NETGUARD_LOG)
+# A `yoloq login` of this machine's user must not send the tests' CLI calls to that server.
+os.environ["XDG_CONFIG_HOME"] = str(_SESSION_DIR / "config")
+for _remote in ("YOLOQ_SERVER", "YOLOQ_TOKEN"):
+    os.environ.pop(_remote, None)
 # Upload a checkpoint every epoch (the default chooses by cost, which on these tiny jobs means
 # rarely): the fault tests count the epochs a crash makes a job retrain.
 os.environ.setdefault("YOLOQ_CHECKPOINT_EVERY", "1")
