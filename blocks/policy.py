@@ -85,9 +85,9 @@ class SchedulingPolicy(Block):
     soft_preemption: bool = Field(
         default=_DEFAULTS.soft_preemption,
         description="Before evicting, let an urgent job share a lower-tier job's GPU when a "
-                    "smaller batch makes both fit (simulated: `yoloq simulate --policy "
-                    "yoloq-soft`); the live worker cannot shrink a running batch yet, so it "
-                    "must stay off here.")
+                    "smaller batch makes both fit: the victim restarts at its next epoch "
+                    "boundary with that batch (gradient accumulation keeps the effective "
+                    "batch) beside the urgent job (`yoloq simulate --policy yoloq-soft`).")
     urgent_overrides_min_runtime: bool = Field(
         default=_DEFAULTS.urgent_overrides_min_runtime,
         description="An urgent job may preempt a job younger than min_runtime_s, after "
@@ -98,14 +98,6 @@ class SchedulingPolicy(Block):
     grace_epochs: float = Field(
         default=DEFAULT_GRACE_EPOCHS, ge=0,
         description="... or this many estimated epochs, whichever is longer, before a kill.")
-
-    @field_validator("soft_preemption")
-    @classmethod
-    def _soft_preemption_is_simulated_only(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("soft_preemption: the live worker cannot yet shrink a running "
-                             "job's batch; leave it off (compare it with `yoloq simulate`)")
-        return value
 
     @field_validator("default_tier_cap")
     @classmethod

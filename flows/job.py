@@ -68,7 +68,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     crash are queued again after a backoff; the count resets whenever the job progresses."""
     store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
     guard = ParentGuard(job_id, logger)
-    failures, progress, last = 0, None, None
+    failures, progress, last, throttle = 0, None, None, None
     while True:
         if guard.check():
             return Cancelled(message="job cancelled")
@@ -86,7 +86,9 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job, logger)
-        last = run = _segment_run(job, job_id, done, target, _plan(job, analysis, done), logger)
+        plan = {**_plan(job, analysis, done), **(throttle or {})}
+        last = run = _segment_run(job, job_id, done, target, plan, logger)
+        throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
         if state.is_completed() or state.name == "Preempted" or _killed_victim(run):
@@ -100,6 +102,27 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
                 return outcome
             continue
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
+
+
+def throttled_plan(run: Any, plan: dict[str, Any], model: str) -> dict[str, Any] | None:
+    """Soft preemption: a segment stopped with `yoloq.throttle=<batch>` hands its job's next
+    segments that batch, its smaller memory estimate and the GPU it shares with the job it
+    made room for (the pool scheduler places it back there). The YOLOv5 engine cannot resume
+    at another batch: its job resumes as after a plain preemption."""
+    from work_pools.pool_scheduler import THROTTLE_GPU_LABEL, THROTTLE_LABEL
+    from yoloq.analysis.models import engine_of_model
+
+    labels = run.labels or {}
+    batch = labels.get(THROTTLE_LABEL)
+    if not batch or run.state is None or run.state.name != "Preempted":
+        return None
+    if engine_of_model(model) == "yolov5":
+        return None
+    fixed, per_image = float(plan.get("fixed_mem_gb") or 0.0), float(plan.get("mem_per_image_gb") or 0.0)
+    mem = fixed + int(batch) * per_image if per_image else plan.get("est_mem_gb")
+    return {"batch": int(batch), "throttle_batch": int(batch), "est_mem_gb": mem,
+            "throttle_gpu": labels.get(THROTTLE_GPU_LABEL, ""),
+            "throttle_for": labels.get("yoloq.preempted_by", "")}
 
 
 def _retry_or_fail(run: Any, failures: int, logger) -> Any:

@@ -189,6 +189,7 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
                            checkpoint=restored.path)}
     start = restored.info.epoch if restored else 0
     job = batch_for_segment(job, restored.path if restored else None, tracker, run_id, logger)
+    job, rebatch = throttled(job, restored is not None, plan, tracker, run_id, logger)
     logger.info("job %s: epochs %d -> %d of %d on %s", job_id, start, stop_after_epoch,
                 job.epochs, _device())
 
@@ -198,7 +199,7 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
     result = run_segment(SegmentRequest(
         spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
         resume_from=restored.path if restored else None, device=_device(),
-        expect_epochs_done=start), hooks)
+        expect_epochs_done=start, rebatch=rebatch), hooks)
     if not hooks.deliver_patiently(store_retry_limit_s()):
         raise ConnectionError(f"MLflow did not take the metrics of epochs "
                               f"{[e for e, _ in hooks.unsent]}; checkpoints are saved")
@@ -254,6 +255,24 @@ def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_i
                    job.name, batch, job.batch)
     tracker.set_tags(run_id, {"yoloq.reduced_batch": str(batch)})
     return job.model_copy(update={"batch": batch})
+
+
+def throttled(job: JobSpec, resumed: bool, plan: dict[str, Any], tracker: Any, run_id: str,
+              logger: Any) -> tuple[JobSpec, bool]:
+    """Soft preemption: the plan's `throttle_batch` replaces the checkpoint's batch at this
+    boundary (ultralytics sets accumulate = max(round(nbs / batch), 1), so the effective batch
+    stays `nbs`). The change is recorded on the MLflow run. (job, batch changed here)."""
+    batch = int(plan.get("throttle_batch") or 0)
+    if not resumed or not batch or batch == job.batch:
+        return job, False
+    from work_pools.policy.rules import accumulate_for
+
+    nbs = int(job.train_args.get("nbs") or 64)
+    change = (f"batch {job.batch} -> {batch}, accumulate {accumulate_for(job.batch, nbs)} -> "
+              f"{accumulate_for(batch, nbs)} (soft preemption for job {plan.get('throttle_for')})")
+    logger.warning("job %s throttled: %s", job.name, change)
+    tracker.set_tags(run_id, {"yoloq.reduced_batch": str(batch), "yoloq.throttled": change})
+    return job.model_copy(update={"batch": batch}), True
 
 
 def _other_live_segment(job_id: str) -> str | None:

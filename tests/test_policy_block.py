@@ -38,6 +38,7 @@ def test_block_fields_become_the_policy():
     assert policy.share_gpus and policy.allow_reduced_batch
     assert (policy.within_rank, policy.fair_share_mode) == ("submit", "turns")
     assert policy.urgent_overrides_min_runtime and not policy.soft_preemption
+    assert SchedulingPolicy(soft_preemption=True).to_policy().soft_preemption
     settings = block.to_settings("test")
     assert (settings.min_grace_s, settings.grace_epochs) == (30, 3)
 
@@ -56,7 +57,6 @@ def test_default_block_is_the_default_policy():
     pytest.param({"min_runtime_s": -1}, id="negative-runtime"),
     pytest.param({"within_rank": "las"}, id="unknown-within-rank"),
     pytest.param({"fair_share_mode": "lottery"}, id="unknown-fair-share-mode"),
-    pytest.param({"soft_preemption": True}, id="soft-preemption-not-live-yet"),
 ])
 def test_invalid_fields_are_rejected(field):
     from pydantic import ValidationError

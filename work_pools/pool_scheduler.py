@@ -11,6 +11,10 @@ all GPUs, and writes the outcome back into Prefect as labels on the runs:
 - preempt: `yoloq.preempt=requested` (+ who, why, when) on the victim, wherever it
   runs; the victim stops at its next epoch boundary, and its own node enforces the
   grace. A request whose label could not be set is decided again next pass.
+- throttle (soft preemption): the victim is asked to stop like a preempted one, with
+  `yoloq.throttle=<batch>` and `yoloq.throttle_gpu=<node>:<index>`; its job queues the
+  next segment at once with that batch, and that segment is placed back on the shared GPU
+  beside the job it made room for whenever the declared memory holds both.
 - drain: runs assigned to a node whose heartbeat lapsed are put back in the queue
   (not yet started) or marked Crashed (started): their jobs resume elsewhere from
   the shared checkpoint store.
@@ -29,13 +33,15 @@ from uuid import UUID
 
 from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
-from work_pools.scheduling import WorkerDecision, WorkerPolicy, gpu_speed, schedule
+from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
 from yoloq.settings import PREEMPT_LABEL
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
+THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch
+THROTTLE_GPU_LABEL = "yoloq.throttle_gpu"  # "<node>:<local index>" it shares
 
 
 @dataclass(frozen=True)
@@ -132,8 +138,10 @@ class PoolScheduler:
                             nodes={i: node for i, (node, _) in pool_gpus.where.items()})
         result.decide_s = time.perf_counter() - tick
         result.decision, result.running = decision, running_views
-        result.assigned = await _apply_admissions(client, decision, pool_gpus, now)
+        rejoin = _rejoin_shared_gpu(pending, decision, pool_gpus, views, reserved)
+        result.assigned = await _apply_admissions(client, decision.admit + rejoin, pool_gpus, now)
         await _apply_preemptions(client, decision, views, now)
+        await _apply_throttles(client, decision, pool_gpus, now)
         self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
                              len(decision.preempt)))
         return result
@@ -238,10 +246,10 @@ async def _crash(client: Any, flow_run_id: UUID, message: str) -> None:
     await client.set_flow_run_state(flow_run_id, Crashed(message=message), force=True)
 
 
-async def _apply_admissions(client: Any, decision: WorkerDecision, pool_gpus: PoolGpus,
+async def _apply_admissions(client: Any, admits: tuple[Admit, ...], pool_gpus: PoolGpus,
                             now: float) -> dict[UUID, tuple[str, tuple[int, ...]]]:
     assigned = {}
-    for admit in decision.admit:
+    for admit in admits:
         node, local = pool_gpus.node_of(admit.gpus)
         first = pool_gpus.gpus[admit.gpus[0]]
         labels = {NODE_LABEL: node, GPUS_LABEL: ",".join(str(i) for i in local),
@@ -263,3 +271,50 @@ async def _apply_preemptions(client: Any, decision: WorkerDecision,
             PREEMPT_LABEL: "requested", "yoloq.preempted_by": stop.by_job,
             "yoloq.preempt_reason": stop.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}"})
         emit_preemption(views.get(stop.flow_run_id), stop.by_job, stop.reason)
+
+
+async def _apply_throttles(client: Any, decision: WorkerDecision, pool_gpus: PoolGpus,
+                           now: float) -> None:
+    """Soft preemption: stop the victim at its next boundary like a preempted one, labelled
+    with the batch its next segment trains with and the GPU it goes back to."""
+    from yoloq.events import emit_preemption
+
+    for throttle in decision.raw.throttle:
+        view = decision.views.get(throttle.victim_segment_id)
+        if view is None:
+            continue
+        node, local = pool_gpus.where[throttle.gpu_index]
+        await client.update_flow_run_labels(view.flow_run_id, {
+            PREEMPT_LABEL: "requested", "yoloq.preempted_by": throttle.for_job_id,
+            "yoloq.preempt_reason": throttle.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}",
+            THROTTLE_LABEL: str(throttle.new_batch), THROTTLE_GPU_LABEL: f"{node}:{local}"})
+        emit_preemption(view, throttle.for_job_id, throttle.reason)
+
+
+def _rejoin_shared_gpu(pending: list[Any], decision: WorkerDecision, pool_gpus: PoolGpus,
+                       views: dict[UUID, SegmentView],
+                       reserved: dict[UUID, tuple[int, ...]]) -> tuple[Admit, ...]:
+    """A throttled job's next segment goes back onto the GPU it shares (its plan's
+    `throttle_gpu`) while only the job it made room for is there and the declared memory
+    holds both: the Throttle `decide` made, carried across the victim's restart."""
+    held: dict[int, list[SegmentView]] = {}
+    for run_id, indices in [*reserved.items(), *((a.flow_run_id, a.gpus) for a in decision.admit)]:
+        for i in indices:
+            held.setdefault(i, []).append(views[run_id])
+    admitted = {a.flow_run_id for a in decision.admit}
+    rejoined = []
+    for run in pending:
+        plan = (run.parameters or {}).get("plan") or {}
+        node, _, local = str(plan.get("throttle_gpu") or "").rpartition(":")
+        i = pool_gpus.index_of.get((node, int(local))) if local.isdigit() else None
+        if i is None or run.id in admitted:
+            continue
+        view, there = views[run.id], held.get(i, [])
+        free = pool_gpus.gpus[i].mem_total_gb - sum(v.est_mem_gb for v in there)
+        if not there or {v.job_id for v in there} != {plan.get("throttle_for")} or free < view.est_mem_gb:
+            continue
+        reason = (f"shares GPU {local} with job {plan.get('throttle_for')} (soft preemption, "
+                  f"batch {plan.get('throttle_batch')})")
+        rejoined.append(Admit(run.id, (i,), reason, int(plan.get("throttle_batch") or 0) or None))
+        held[i] = [*there, view]
+    return tuple(rejoined)

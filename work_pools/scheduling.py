@@ -209,7 +209,8 @@ def _running_segment(view: SegmentView, gpu_indices: tuple[int, ...], started: f
     done = view.progress_epoch - view.epochs_done
     measured = epoch_time_here(started, view, speed) * speed if done > 0 else None
     return replace(seg, held_since=history.held_since(view.job_id, started),
-                   measured_epoch_s=measured)
+                   measured_epoch_s=measured,  # its memory model: soft preemption may shrink it
+                   mem_per_image_gb=view.mem_per_image_gb)
 
 
 def submitted_at(view: SegmentView) -> float:

@@ -60,6 +60,9 @@ class SegmentRequest:
     # Upload a checkpoint every this many epochs besides the stopping boundary; None: by cost.
     checkpoint_every: int | None = field(default_factory=checkpoint_every_from_env)
     max_crash_loss_s: float = 600.0  # the crash-loss bound of the by-cost interval
+    # Soft preemption: the scheduler changed the batch at this boundary on purpose (the
+    # checkpoint's batch may differ; gradient accumulation keeps the effective batch).
+    rebatch: bool = False
 
 
 class ResumeMismatch(RuntimeError):
@@ -247,6 +250,8 @@ def _resume_point(request: SegmentRequest) -> Any:
                         f"ask for more than {point.epochs_done}")
     expected = train_overrides(request)
     for key in _MUST_MATCH:
+        if key == "batch" and request.rebatch:
+            continue
         saved = point.train_args.get(key)
         if _comparable(key, saved) != _comparable(key, expected[key]):
             raise UserError(f"spec.{key}", f"checkpoint was trained with {key}={saved!r}, "
