@@ -1,9 +1,7 @@
 """Imports among the project's modules point one way: no import circles.
 
 The graph is built from the source with `ast` (module-level and function-level imports
-alike: a lazy import still ties two modules together). `KNOWN_CIRCLES` lists the circles
-that remain to be broken; the test fails on any other circle, and on a listed one that is
-gone (so the list only shrinks).
+alike: a lazy import still ties two modules together); the test fails on any circle.
 """
 
 from __future__ import annotations
@@ -13,12 +11,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("yoloq", "work_pools", "blocks", "flows")
-
-KNOWN_CIRCLES = {
-    # came with the remote CLI (7230c32): submit's remote path imports submit's helpers back
-    frozenset({"yoloq.commands._remote_submit", "yoloq.commands.submit"}),
-}
-
 
 def project_modules() -> dict[str, Path]:
     modules = {}
@@ -99,10 +91,9 @@ def test_circle_finder_sees_a_circle():
     assert circles(graph) == {frozenset({"a", "b", "c"})}
 
 
-def test_no_new_import_circles():
+def test_no_import_circles():
     found = circles(import_graph(project_modules()))
-    assert found - KNOWN_CIRCLES == set(), "new import circle(s); make the imports point one way"
-    assert KNOWN_CIRCLES - found == set(), "a known circle is gone: drop it from KNOWN_CIRCLES"
+    assert found == set(), "import circle(s); make the imports point one way"
 
 
 def test_the_three_named_circles_are_broken():

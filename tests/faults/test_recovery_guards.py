@@ -74,6 +74,36 @@ def test_two_creations_with_one_segment_key_make_one_run(yoloq_stack):
 
 
 @pytest.mark.service
+def test_a_retried_job_creation_makes_one_job(yoloq_stack, tiny_dataset, tmp_path):
+    """The job id is the parent run's idempotency key: creating the same job twice (a client
+    retrying after a lost response) gives one run. The job pool is paused meanwhile, so no
+    runner starts it."""
+    from prefect.client.schemas.actions import WorkPoolUpdate
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from stack_helpers import write_spec
+
+    from yoloq.commands.submit import create_job_run, job_deployment_id
+    from yoloq.settings import JOBS_POOL
+    from yoloq.spec import load_spec
+
+    spec = load_spec(write_spec(tmp_path / "job.yaml", tiny_dataset, name="retried"))
+    job = f"retried-{uuid.uuid4().hex[:6]}"
+    with _client() as client:
+        client.update_work_pool(JOBS_POOL, WorkPoolUpdate(is_paused=True))
+        try:
+            deployment = job_deployment_id(client)
+            made = [create_job_run(spec, "test", client=client, deployment_id=deployment, job_id=job),
+                    create_job_run(spec, "test", job_id=job)]  # the run_deployment path too
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[job])))
+            for run in runs:
+                client.delete_flow_run(run.id)
+        finally:
+            client.update_work_pool(JOBS_POOL, WorkPoolUpdate(is_paused=False))
+    assert made == [job, job]
+    assert len(runs) == 1
+
+
+@pytest.mark.service
 def test_a_parent_whose_token_was_replaced_leaves_without_touching_the_job(yoloq_stack, monkeypatch):
     from prefect.exceptions import Abort
     from prefect.states import Cancelled, Cancelling

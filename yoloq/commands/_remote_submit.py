@@ -26,12 +26,12 @@ class RemoteAnalysis(dict):
 
 def submit_remote(args: argparse.Namespace, remote: Any) -> int:
     from yoloq import sweep
-    from yoloq.commands.submit import Job, _print_job, _stop_if_bad, batch_error
+    from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
 
     paths, overrides = sweep.split_items(args.items)
     jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]
     single = len(jobs) == 1
-    _stop_if_bad(jobs, args.keep_going, single)
+    stop_if_bad(jobs, args.keep_going, single)
     if args.gpu:
         print(f"note: --gpu {args.gpu} is not used: the server checks the fit against its live nodes",
               file=sys.stderr)
@@ -39,7 +39,7 @@ def submit_remote(args: argparse.Namespace, remote: Any) -> int:
         for job in (j for j in jobs if j.error is None):
             _post(remote, job)
             if job.result is not None:
-                _print_job(job, args.json, dry_run=False, single=single)
+                print_job(job, args.json, dry_run=False, single=single)
             elif not args.keep_going:
                 break
     bad = [job for job in jobs if job.error is not None]

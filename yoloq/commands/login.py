@@ -12,16 +12,19 @@ import argparse
 import os
 import sys
 
+from yoloq.commands._client import print_json
 from yoloq.errors import UserError
 
 
 def add_login_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", help="the yoloq server, e.g. http://queue-host:4211 (`yoloq up` prints it)")
     parser.add_argument("--token", help="team token (default: $YOLOQ_TOKEN, else asked for)")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def add_logout_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options: the saved URL and token are removed."""
+    """The saved URL and token are removed."""
+    parser.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def run_login(args: argparse.Namespace) -> int:
@@ -36,6 +39,9 @@ def run_login(args: argparse.Namespace) -> int:
     with Remote(server) as remote:
         who = remote.get("/me")  # the token's team: a wrong token or URL fails here, nothing saved
     path = credentials.save(url, token)
+    if args.json:
+        print_json({"url": url, "team": who.get("team"), "admin": bool(who.get("admin")), "saved": str(path)})
+        return 0
     role = " (admin)" if who.get("admin") else ""
     print(f"logged in to {url} as team {who.get('team')}{role}; saved in {path}")
     return 0
@@ -45,6 +51,9 @@ def run_logout(args: argparse.Namespace) -> int:
     from yoloq import credentials
 
     removed = credentials.forget()
+    if args.json:
+        print_json({"removed": removed, "path": str(credentials.credentials_path())})
+        return 0
     print(f"removed {credentials.credentials_path()}" if removed else "not logged in")
     return 0
 

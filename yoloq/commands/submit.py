@@ -12,17 +12,14 @@ creates the good ones and still exits 2.
 from __future__ import annotations
 
 import argparse
-import json
 import secrets
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from yoloq.commands._client import print_json, stack_client
+from yoloq.commands._client import stack_client
+from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
 from yoloq.errors import UserError
-
-_NAMED_IN_ERROR = 5  # bad jobs named, after the first, in the one error line
 
 
 class _Intermixed:
@@ -56,18 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="create the good jobs even when some are bad (still exit 2)")
 
 
-@dataclass
-class Job:
-    """One job of the batch, as it goes through analysis, checks and creation."""
-
-    source: str
-    spec: Any = None
-    analysis: Any = None
-    error: UserError | None = None
-    point: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-
-
 def run(args: argparse.Namespace) -> int:
     from yoloq import sweep
     from yoloq.remote import remote
@@ -83,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     for job in jobs:
         analyse_job(job, args.gpu)
     single = len(jobs) == 1
-    _stop_if_bad(jobs, args.keep_going, single)
+    stop_if_bad(jobs, args.keep_going, single)
     good = [job for job in jobs if job.error is None]
     if args.dry_run:
         for job in good:
-            _print_job(job, args.json, dry_run=True, single=single)
+            print_job(job, args.json, dry_run=True, single=single)
     else:
-        notes = submit_batch(good, args.gpu, args.keep_going, echo=lambda job: _print_job(
+        notes = submit_batch(good, args.gpu, args.keep_going, echo=lambda job: print_job(
             job, args.json, dry_run=False, single=single))
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
@@ -114,52 +99,6 @@ def analyse_job(job: Job, gpu: str | None) -> None:
         job.error = exc
 
 
-def _stop_if_bad(jobs: list[Job], keep_going: bool, single: bool) -> None:
-    bad = [job for job in jobs if job.error is not None]
-    if bad and (not keep_going or len(bad) == len(jobs)):
-        raise batch_error(bad, single, created=0)
-
-
-def batch_error(bad: list[Job], single: bool, created: int) -> UserError:
-    """One line: the first bad job in full, then the file and field of the others."""
-    first = bad[0].error
-    assert first is not None
-    if single:
-        return first
-    others = ", ".join(f"{job.source} ({job.error.field})" for job in bad[1:1 + _NAMED_IN_ERROR]
-                       if job.error is not None)
-    more = len(bad) - 1 - _NAMED_IN_ERROR
-    tail = f"; {len(bad) - 1} more bad: {others}" + (f" and {more} others" if more > 0 else "") if others else ""
-    outcome = f"{created} other jobs created" if created else "nothing created"
-    fix = f"{first.fix}; " if first.fix else ""
-    return UserError(bad[0].source, f"{first.field}: {first.problem}{tail}",
-                     f"{fix}{outcome}; fix the specs and submit again")
-
-
-def _print_job(job: Job, as_json: bool, dry_run: bool, single: bool) -> None:
-    spec, analysis = job.spec, job.analysis
-    if as_json:
-        obj: dict[str, Any] = {"source": job.source, "name": spec.name, **(job.result or {})}
-        if dry_run:
-            obj.update(dry_run=True, spec=spec.model_dump())
-        if job.point:
-            obj["grid"] = job.point
-        obj["analysis"] = analysis.to_dict()
-        if single:
-            print_json(obj)
-        else:
-            print(json.dumps(obj, default=str), flush=True)
-        return
-    what = (f"({spec.team}, {spec.priority}, {analysis.job_class}, queue {analysis.queue})")
-    if dry_run:
-        print(f"would submit {spec.name} {what} from {job.source}", flush=True)
-    elif single:
-        job_id = job.result["job_id"]
-        print(f"submitted {job_id} {what}; follow it with `yoloq status {job_id}`", flush=True)
-    else:
-        print(f"submitted {job.result['job_id']} {what} from {job.source}", flush=True)
-
-
 def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda job: None,
                  reason: str = "yoloq submit", tags: tuple[str, ...] = ()) -> list[str]:
     """Check every job against the tier caps and the pool, then create their runs; one client.
@@ -177,7 +116,7 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
         if not pool and any(job.analysis is not None for job in jobs):
             notes.append("fit not checked: the pool has no live node yet (give --gpu NAME to check against a type)")
         fits = {id(job): _checked_fit(job, policy, pool, source, notes) for job in jobs}
-        _stop_if_bad(jobs, keep_going, single=len(jobs) == 1)
+        stop_if_bad(jobs, keep_going, single=len(jobs) == 1)
         deployment_id = job_deployment_id(client)
         for job in jobs:
             if job.error is None:
@@ -274,27 +213,30 @@ def job_tags(job_id: str, spec, extra: tuple[str, ...] = ()) -> list[str]:
     return [f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq", *extra]
 
 
-def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tuple[str, ...] = ()) -> str:
+def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tuple[str, ...] = (),
+                   job_id: str | None = None) -> str:
     """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API.
 
     With a sync `client` and the deployment's id (a batch), the run is created through that
-    client; without, through `run_deployment` (a new client).
+    client; without, through `run_deployment` (a new client). The job id is the run's
+    idempotency key: a creation retried after a lost response returns the same run.
     """
     from yoloq.events import emit_job_event
 
-    job_id = f"{spec.name}-{secrets.token_hex(3)}"
+    job_id = job_id or f"{spec.name}-{secrets.token_hex(3)}"
     parameters = {"spec": spec.model_dump(), "job_id": job_id}
     if client is not None and deployment_id is not None:
         from prefect.states import Scheduled
 
         client.create_flow_run_from_deployment(deployment_id, parameters=parameters, state=Scheduled(),
-                                               name=job_id, tags=job_tags(job_id, spec, tags))
+                                               name=job_id, tags=job_tags(job_id, spec, tags),
+                                               idempotency_key=job_id)
     else:
         from prefect.deployments import run_deployment
 
         from yoloq.settings import JOB_DEPLOYMENT
 
         run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
-                       as_subflow=False, tags=job_tags(job_id, spec, tags))
+                       as_subflow=False, tags=job_tags(job_id, spec, tags), idempotency_key=job_id)
     emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
     return job_id

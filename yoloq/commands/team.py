@@ -27,11 +27,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--admin", action="store_true", help="an admin token: manages teams, quotas, tiers")
     add.add_argument("--label", default="default", help="the token's label, shown in the audit log")
     listing = sub.add_parser("list", help="teams, owners, token ids and limits (no secrets)")
-    listing.add_argument("--json", action="store_true")
     rotate = sub.add_parser("rotate", help="a new token for a team (the old one stops working)")
     rotate.add_argument("name")
     remove = sub.add_parser("remove", help="remove a team and its token (its jobs stay)")
     remove.add_argument("name")
+    for each in (add, listing, rotate, remove):
+        each.add_argument("--json", action="store_true", help="one JSON object (add/rotate: with the token)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,18 +42,28 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         token = add_team(store, args.name, args.weight, args.cap, args.owner, args.admin, args.label)
         kind = "admin token" if args.admin else "token"
-        print(f"team {args.name} added; its {kind} follows (shown once, stored hashed in {store.path}):")
-        print(token)
+        _tell(args.json, {"team": args.name, "admin": args.admin, "token": token},
+              f"team {args.name} added; its {kind} follows (shown once, stored hashed in {store.path}):",
+              token)
     elif args.action == "rotate":
         token = store.rotate(args.name)
-        print(f"new token for {args.name}; the old one no longer works:")
-        print(token)
+        _tell(args.json, {"team": args.name, "token": token},
+              f"new token for {args.name}; the old one no longer works:", token)
     elif args.action == "remove":
         remove_team(store, args.name)
-        print(f"team {args.name} removed (its token no longer works; its jobs stay)")
+        _tell(args.json, {"team": args.name, "removed": True},
+              f"team {args.name} removed (its token no longer works; its jobs stay)")
     else:
         _list(store, args.json)
     return 0
+
+
+def _tell(as_json: bool, obj: dict, *lines: str) -> None:
+    """The outcome: one JSON object, or the lines (a token alone on the last one)."""
+    if as_json:
+        print_json(obj)
+    else:
+        print("\n".join(lines))
 
 
 def add_team(store, name: str, weight: float | None = None, cap: str | None = None, owner: str = "",
