@@ -48,7 +48,7 @@ def test_segment_watch_reads_a_final_run_on_its_event(yoloq_stack, record_proper
             wait_for(lambda: watch.watched() == 1, "the waiter to register", 30, 0.05)
             ended = time.time()
             client.set_flow_run_state(run.id, Completed(), force=True)
-            waiter.join(120)
+            waiter.join(300)  # a loaded embedded server delivers its events late
         assert not waiter.is_alive(), "the final state's event never woke the waiter"
         assert got["run"].state.is_completed()
         assert (watch.event_wakes, watch.poll_wakes) == (1, 0)

@@ -96,7 +96,8 @@ def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_d
             assert yoloq("cancel", blocker).returncode == 0
             print(f"cancel {blocker}: {time.monotonic() - began:.1f}s")
             wait_for(lambda t=tier: any(s.start_time for s in segments(order[t])), f"{tier} started")
-        assert not any(s.start_time for s in segments(order["low"])), "low must still wait"
+        # (low may start as soon as the one-epoch high job frees its slot: the start order below
+        # is the rule under test)
         for blocker in blockers:  # a user's cancel stops a running segment at its next boundary
             assert wait_final(blocker)["state"] == "Cancelled"
         for job in order.values():

@@ -73,7 +73,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
 
     busy = {(node, gpu) for run in _open_segments(client) for node, gpus in [assignment(run) or ("", ())]
             for gpu in gpus}
-    slots = GaugeMetricFamily("yoloq_gpu_slots", "GPU slots a node declares (1 per GPU)",
+    slots = GaugeMetricFamily("yoloq_gpu_slots", "GPU slots a live node declares (1 per GPU)",
                               labels=["node", "gpu", "gpu_name"])
     used = GaugeMetricFamily("yoloq_gpu_busy", "1 while a segment holds the GPU", labels=["node", "gpu"])
     alive = GaugeMetricFamily("yoloq_node_up", "1 while the node's heartbeat is fresh", labels=["node"])
@@ -84,6 +84,8 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     for node in sorted((r for r in records if r is not None), key=lambda r: r.name):
         alive.add_metric([node.name], 1 if node.alive(now) else 0)
         age.add_metric([node.name], max(0.0, now - node.heartbeat_at))
+        if not node.alive(now):  # a lost node's GPUs are no capacity (its record stays, up=0)
+            continue
         for gpu in node.gpus:
             slots.add_metric([node.name, str(gpu.index), gpu.name], 1)
             used.add_metric([node.name, str(gpu.index)], 1 if (node.name, gpu.index) in busy else 0)
