@@ -12,12 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 import pytest
+from stack_helpers import paused_worker
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
@@ -45,21 +45,6 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any
             return value
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-@contextmanager
-def paused_worker(stack) -> Iterator[None]:
-    """Hold every segment Scheduled: the GPU worker stopped once it is fully started."""
-    from work_pools.nodes import live_pool_gpus
-    from yoloq.stack import _read_pid
-
-    wait_for(live_pool_gpus, "the GPU worker's node", 120)
-    group = os.getpgid(_read_pid(stack, "worker"))
-    os.killpg(group, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(group, signal.SIGCONT)
 
 
 def submit(data, name: str, epochs: int = 1) -> str:

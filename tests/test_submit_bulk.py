@@ -9,16 +9,14 @@ GPU worker is paused while jobs exist, and every job is cancelled before it coul
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from stack_helpers import paused_worker
 
 from yoloq import cli, sweep
 from yoloq.errors import SpecError
@@ -241,21 +239,6 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any
             return value
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
-
-
-@contextmanager
-def paused_worker(stack) -> Iterator[None]:
-    """Nothing trains: the GPU worker is stopped (SIGSTOP) once its node is published."""
-    from work_pools.nodes import live_pool_gpus
-    from yoloq.stack import _read_pid
-
-    wait_for(live_pool_gpus, "the GPU worker's node", 120)
-    group = os.getpgid(_read_pid(stack, "worker"))
-    os.killpg(group, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(group, signal.SIGCONT)
 
 
 def runs_named(prefix: str) -> list:
