@@ -115,7 +115,7 @@ class JobTracker:
         Params are flattened and logged once; keys already on the run keep their
         first value. Tags are set every time (they may change).
         """
-        run_id = self._find_run(job_id) or self._create_run(job_id)
+        run_id = self.find_run(job_id) or self._create_run(job_id)
         run = self.client.get_run(run_id)
         if run.info.status != "RUNNING":
             self.client.update_run(run_id, status="RUNNING")
@@ -128,10 +128,10 @@ class JobTracker:
 
     def is_finished(self, job_id: str) -> bool:
         """True when the job's run exists and was ended with FINISHED."""
-        run_id = self._find_run(job_id)
+        run_id = self.find_run(job_id)
         return run_id is not None and self.client.get_run(run_id).info.status == "FINISHED"
 
-    def _find_run(self, job_id: str) -> str | None:
+    def find_run(self, job_id: str) -> str | None:
         """The oldest live run tagged with this job id (the one every process agrees on)."""
         runs = self.client.search_runs(
             [self._experiment()], filter_string=f"tags.`{TAG_JOB_ID}` = '{_quote(job_id)}'",
@@ -145,7 +145,7 @@ class JobTracker:
         """Create the run; if another process created one at the same time, keep the oldest."""
         tags = {TAG_JOB_ID: job_id, **{key: "0" for key in _COUNTER_TAGS}}
         created = self.client.create_run(self._experiment(), tags=tags, run_name=job_id)
-        winner = self._find_run(job_id) or created.info.run_id
+        winner = self.find_run(job_id) or created.info.run_id
         if winner != created.info.run_id:
             self.client.delete_run(created.info.run_id)
         return winner

@@ -205,7 +205,7 @@ def mlflow_link(job_id: str) -> dict[str, Any]:
     try:
         uri, experiment = settings.mlflow_tracking_uri()
         tracker = JobTracker(uri, experiment)
-        run_id = tracker._find_run(job_id)
+        run_id = tracker.find_run(job_id)
     except Exception as exc:  # noqa: BLE001 -- shown, not hidden: the rest of the job is still useful
         return {"error": f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     link = None
