@@ -15,6 +15,7 @@ fallback. `YOLOQ_WAKE=poll` turns the event wake off (bench/preemption.py compar
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import threading
@@ -110,6 +111,14 @@ async def listen(event_filter: Any, on_event: Callable[[Any], None],
         await asyncio.sleep(RETRY_S)
 
 
+def start_daemon(target: Callable[[], None], name: str) -> None:
+    """Start `target` on a daemon thread inside a copy of the caller's context: Prefect keeps
+    its settings (e.g. `temporary_settings`, a profile) in context variables, which a bare
+    thread does not inherit; without this the thread's client would talk to another server."""
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(target,), name=name, daemon=True).start()
+
+
 class ListenerThread:
     """`listen` on a daemon thread with its own event loop (for the runner's sync world)."""
 
@@ -120,7 +129,7 @@ class ListenerThread:
         self.connected = threading.Event()  # set once the first subscription is up
 
     def start(self) -> ListenerThread:
-        threading.Thread(target=self._run, name="events-wake", daemon=True).start()
+        start_daemon(self._run, "events-wake")
         return self
 
     def _run(self) -> None:

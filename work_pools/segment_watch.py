@@ -61,7 +61,7 @@ class SegmentWatch:
         self._log = logging.getLogger("yoloq.segment_watch")
 
     def start(self) -> None:
-        threading.Thread(target=self._loop, name="segment-watch", daemon=True).start()
+        events_wake.start_daemon(self._loop, "segment-watch")
         if self.events:
             self._listener = events_wake.ListenerThread(events_wake.run_state_filter(),
                                                         self._on_event).start()
