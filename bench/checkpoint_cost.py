@@ -35,8 +35,8 @@ EPOCH_TIMES_S = (10.0, 60.0, 300.0, 1200.0)
 def real_checkpoint(root: Path) -> tuple[Path, float]:
     """(resumable last.pt, wall seconds of its one training epoch)."""
     from yoloq.engine import SegmentRequest, run_segment
-    from yoloq.spec import parse_spec
-    from yoloq.synth import synth_dataset
+    from yoloq.domain.spec import parse_spec
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(root / "data", train=16, val=8, imgsz=64, nc=3, seed=0)
     spec = parse_spec({"name": "ckpt-cost", "team": "bench", "model": "yolov8n.yaml",

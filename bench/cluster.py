@@ -57,8 +57,8 @@ def main() -> None:
 
 
 def run(root: Path, args: argparse.Namespace) -> None:
-    from yoloq.stack import current_stack, private_stack, stack_env
-    from yoloq.synth import synth_dataset
+    from yoloq.ops.stack import current_stack, private_stack, stack_env
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(root / "shapes", train=8, val=4, imgsz=64, seed=0)
     os.environ["YOLOQ_NODE_NAME"] = "n1"
@@ -99,7 +99,7 @@ def submit_burst(root: Path, data: Path, args: argparse.Namespace) -> dict[str, 
     """Submit every job in one process; returns job id -> {team, tier, submitted}."""
     from yoloq.analysis import analyse
     from yoloq.commands.submit import submit_job
-    from yoloq.spec import JobSpec
+    from yoloq.domain.spec import JobSpec
 
     jobs = {}
     teams = sorted(WEIGHTS)

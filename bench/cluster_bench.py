@@ -27,8 +27,8 @@ def live_node_names() -> list[str]:
 def job_states(job_ids: list[str]) -> dict[str, str]:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import _runs
-    from yoloq.settings import JOB_DEPLOYMENT
+    from yoloq.records.jobs import _runs
+    from yoloq.base.settings import JOB_DEPLOYMENT
 
     with get_client(sync_client=True) as client:
         runs = {r.name: r for r in _runs(client, JOB_DEPLOYMENT, limit=200)}
@@ -39,7 +39,7 @@ def segment_records(job_ids: list[str]) -> list[dict[str, Any]]:
     """Every started segment of the jobs: job, team, node, start, end, preemption labels."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     wanted, found = set(job_ids), []
     with get_client(sync_client=True) as client:
@@ -58,7 +58,7 @@ def segment_records(job_ids: list[str]) -> list[dict[str, Any]]:
 
 
 def trainings(job_id: str) -> dict[int, int]:
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     return trainings_per_epoch(epoch_trainings(job_id))
 

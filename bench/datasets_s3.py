@@ -31,7 +31,7 @@ from yoloq.analysis.validate import validate_dataset
 from yoloq.datasets.cache import DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
 from yoloq.datasets.sync import sync_dataset
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 
 def timed(fn: Any) -> tuple[Any, float]:

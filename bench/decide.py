@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from work_pools.policy import Policy, Quota, Segment, Snapshot, decide  # noqa: E402
 from work_pools.policy.builders import make_gpus  # noqa: E402
-from yoloq.tiers import Tier  # noqa: E402
+from yoloq.domain.tiers import Tier  # noqa: E402
 
 NOW = 1_000_000.0
 TEAMS = [f"team{i}" for i in range(8)]

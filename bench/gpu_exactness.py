@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/yoloq-gpu-exactness"))
     args = parser.parse_args()
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     root = args.workdir
     shutil.rmtree(root, ignore_errors=True)

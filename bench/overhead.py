@@ -62,7 +62,7 @@ BATCH = 8
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
 PLAIN_SCRIPT = """
 import json, sys, time
-from yoloq import offline
+from yoloq.base import offline
 offline.apply()
 from ultralytics import YOLO
 offline.quiet_ultralytics()
@@ -119,7 +119,7 @@ def submit(spec_path: Path) -> tuple[str, float]:
     """What `yoloq submit` does, in this process. Returns (job id, submit time)."""
     from yoloq.analysis import analyse
     from yoloq.commands.submit import submit_job
-    from yoloq.spec import load_spec
+    from yoloq.domain.spec import load_spec
 
     spec = load_spec(spec_path)
     analyse(spec)
@@ -139,7 +139,7 @@ def wait_final(client: Any, flow_run_id: str, timeout_s: float = 1800) -> Any:
 
 
 def parent_run_id(client: Any, job_id: str) -> Any:
-    from yoloq.jobs import parent_run
+    from yoloq.records.jobs import parent_run
 
     return parent_run(client, job_id).id
 
@@ -168,7 +168,7 @@ def run_plain(data: Path, epochs: int, imgsz: int, workdir: Path) -> tuple[float
 def run_yoloq(spec_path: Path) -> YoloqRun:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     job_id, submitted_at = submit(spec_path)
     with get_client(sync_client=True) as client:
@@ -187,7 +187,7 @@ def segment_costs(job_id: str, segments: list[Any]) -> tuple[SegmentCost, ...]:
     """Per segment that trained: parent reaction, queue -> Running, Running -> first epoch."""
     from datetime import datetime
 
-    from yoloq.jobs import epoch_trainings
+    from yoloq.records.jobs import epoch_trainings
 
     first_epoch: dict[str, float] = {}
     for record in epoch_trainings(job_id):
@@ -225,7 +225,7 @@ def process_starts(n: int) -> None:
     """Segment process start -> imports done, cold (`python -m`) and warm (forked by a
     launcher), alternating so both see the same load. No stack, no training."""
     from work_pools.warm_start import PROJECT_DIR, LauncherClient
-    from yoloq import offline
+    from yoloq.base import offline
 
     offline.apply()
     launcher = LauncherClient(dict(os.environ), PROJECT_DIR)
@@ -368,7 +368,7 @@ def main() -> None:
         os.environ["YOLOQ_WAKE"] = wakes[0]
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-overhead-"))
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(root / "data", train=args.images, val=max(4, args.images // 4),
                          imgsz=args.imgsz, seed=0)
@@ -379,7 +379,7 @@ def main() -> None:
     results: dict[str, tuple[list[YoloqRun], list[YoloqRun]]] = {m: ([], []) for m in modes}
     warmup = write_spec(root / "warm.yaml", data, "bench-warmup", 1, args.imgsz, 1)
     try:
-        from yoloq.stack import private_stack, restart_worker
+        from yoloq.ops.stack import private_stack, restart_worker
 
         with private_stack(root / "home", os.environ.get("YOLOQ_BENCH_GPUS", "1xCPU:8")):
             for n in range(args.repeat):

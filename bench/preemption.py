@@ -79,7 +79,7 @@ def submit(spec_path: Path) -> str:
     """What `yoloq submit` does, in this process. Returns the job id."""
     from yoloq.analysis import analyse
     from yoloq.commands.submit import submit_job
-    from yoloq.spec import load_spec
+    from yoloq.domain.spec import load_spec
 
     spec = load_spec(spec_path)
     analyse(spec)
@@ -88,7 +88,7 @@ def submit(spec_path: Path) -> str:
 
 
 def parent_run_id(client: Any, job_id: str) -> Any:
-    from yoloq.jobs import parent_run
+    from yoloq.records.jobs import parent_run
 
     return parent_run(client, job_id).id
 
@@ -111,7 +111,7 @@ def wait_for(what: str, probe, timeout_s: float = 900, every_s: float = 0.5) -> 
 
 def training_segment(client: Any, job_id: str, after: float = 0.0) -> Any:
     """The job's Running segment that started after `after` and has checkpointed since."""
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     for seg in segments_of(client, job_id):
         if not (seg.state and seg.state.is_running() and seg.start_time):
@@ -129,7 +129,7 @@ def final_run(client: Any, flow_run_id: str) -> Any:
 
 
 def one_preemption(client: Any, urgent_spec: Path, low_job: str) -> Preemption:
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     victim_before = training_segment(client, low_job)
     urgent_job = submit(urgent_spec)
@@ -260,7 +260,7 @@ def main() -> None:
         os.environ["YOLOQ_WAKE"] = modes[0]
 
     root = Path(tempfile.mkdtemp(prefix="yoloq-bench-preemption-"))
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     low_data = synth_dataset(root / "low", train=args.low_images, val=8, imgsz=args.imgsz, seed=1)
     urgent_data = synth_dataset(root / "urgent", train=8, val=4, imgsz=args.imgsz, seed=0)
@@ -270,7 +270,7 @@ def main() -> None:
                              data=urgent_data, epochs=1, segment_epochs=1, imgsz=args.imgsz)
     rows: list[Preemption] = []
     try:
-        from yoloq.stack import private_stack
+        from yoloq.ops.stack import private_stack
 
         with private_stack(root / "home", os.environ.get("YOLOQ_BENCH_GPUS", "1xCPU:8")):
             rows = run_preemptions(low_spec, urgent_spec, args.preemptions)

@@ -1,6 +1,6 @@
 """What waiting jobs cost the control plane: total RSS and process count with N queued jobs.
 
-Starts a private embedded stack (`yoloq.stack.private_stack`: its own state folder and port,
+Starts a private embedded stack (`yoloq.ops.stack.private_stack`: its own state folder and port,
 one declared slot `1xCPU:8`, minimum runtime 0), pauses the GPU worker (SIGSTOP of its process
 group, so every segment stays Scheduled and every job waits), then submits jobs and measures,
 at each checkpoint, every process of the stack (psutil: processes whose environment names this
@@ -55,7 +55,7 @@ def measure(stack, jobs: int, crashed: int = 0) -> Sample:
     """Every process of the stack: count and total RSS, by role (from the PID files)."""
     import psutil
 
-    from yoloq.stack import _read_pid
+    from yoloq.ops.stack import _read_pid
 
     roles = {_read_pid(stack, name): name for name in ("server", "runner", "worker")}
     by_role: dict[str, list[float]] = {}
@@ -143,7 +143,7 @@ def wait_worker_ready(timeout_s: float = 180) -> None:
 
 
 def make_spec(data: Path, index: int):
-    from yoloq.spec import parse_spec
+    from yoloq.domain.spec import parse_spec
 
     return parse_spec({"name": f"scale{index}", "team": "vision", "priority": "normal",
                        "model": "yolov8n.yaml", "data": str(data), "epochs": 1, "imgsz": 64,
@@ -192,7 +192,7 @@ def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
     back (started by `up`, which reschedules the parents the killed runner left)."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.stack import PROJECT_DIR, _read_pid, stack_env, up
+    from yoloq.ops.stack import PROJECT_DIR, _read_pid, stack_env, up
 
     signal_group(_read_pid(stack, "runner"), signal.SIGKILL)  # idle: it runs nothing yet
     env = {**stack_env(stack), "YOLOQ_STACK": "1", OLD_MARK: "1"}
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from prefect.client.orchestration import get_client
 
-    from yoloq.stack import _read_pid, api_settings, private_stack
-    from yoloq.synth import synth_dataset
+    from yoloq.ops.stack import _read_pid, api_settings, private_stack
+    from yoloq.datasets.synth import synth_dataset
 
     home = Path(tempfile.mkdtemp(prefix="yoloq-queue-scale-"))
     print(f"private stack in {home}: 1 declared slot (1xCPU:8), min runtime 0, GPU worker "

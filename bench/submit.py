@@ -1,6 +1,6 @@
 """Submit cost per job, side by side: the Python API, one CLI call per job, one CLI call for a sweep.
 
-Starts a private embedded stack (`yoloq.stack.private_stack`: its own state folder and port,
+Starts a private embedded stack (`yoloq.ops.stack.private_stack`: its own state folder and port,
 one declared slot `1xCPU:8`, minimum runtime 0) and pauses its job runner and GPU worker
 (SIGSTOP of their process groups) once the worker has published its node, so that the runs
 created stay Scheduled and nothing trains or analyses beside the measurement: what is timed is
@@ -53,7 +53,7 @@ def time_api(one: Path, count: int) -> list[float]:
     """Seconds per `submit_job` call (with the spec loaded and analysed, as the CLI does)."""
     from yoloq.analysis import analyse
     from yoloq.commands.submit import submit_job
-    from yoloq.spec import load_spec
+    from yoloq.domain.spec import load_spec
 
     times = []
     for _ in range(count + 1):  # the first call imports Prefect and is dropped
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", type=int, default=100, help="jobs in the sweep (a multiple of 10)")
     args = parser.parse_args(argv)
 
-    from yoloq.errors import UserError
-    from yoloq.stack import api_settings, down, private_stack
+    from yoloq.base.errors import UserError
+    from yoloq.ops.stack import api_settings, down, private_stack
 
     home = Path(tempfile.mkdtemp(prefix="yoloq-bench-submit-"))
     print(f"private stack in {home}: 1 declared slot (1xCPU:8); job runner and GPU worker paused (SIGSTOP); "
@@ -142,8 +142,8 @@ def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], l
     """The three figures on a started private stack (runner and worker paused meanwhile)."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.stack import _read_pid
-    from yoloq.synth import synth_dataset
+    from yoloq.ops.stack import _read_pid
+    from yoloq.datasets.synth import synth_dataset
 
     paused = [_read_pid(stack, "runner"), _read_pid(stack, "worker")]
     wait_worker_ready()

@@ -25,7 +25,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from yoloq.engine.yolov5.exactness import accumulate_at
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 
 def segment(spec: Path, workdir: Path, stop: int, resume: Path | None = None) -> Path:

@@ -27,7 +27,7 @@ from blocks.checkpoint_base import (
     metadata_key,
 )
 from blocks.s3 import S3CheckpointStore
-from yoloq.atomic import write_atomically
+from yoloq.base.atomic import write_atomically
 
 __all__ = ["CheckpointInfo", "CheckpointStore", "LocalCheckpointStore", "RestoredCheckpoint",
            "S3CheckpointStore", "metadata_key", "store_from_uri"]

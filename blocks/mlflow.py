@@ -10,7 +10,7 @@ from __future__ import annotations
 from prefect.blocks.core import Block
 from pydantic import Field
 
-from yoloq.tracking import JobTracker, artifact_location_for, default_tracking_uri
+from yoloq.records.tracking import JobTracker, artifact_location_for, default_tracking_uri
 
 
 class MlflowLocation(Block):

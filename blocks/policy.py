@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from blocks.saved import load_saved
 from work_pools.policy.model import Policy, Quota
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 POLICY_BLOCK = "yoloq-policy"
 DEFAULT_MIN_GRACE_S = 60.0

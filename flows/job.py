@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 
@@ -21,8 +21,8 @@ from prefect.runtime import flow_run as current_run  # noqa: E402
 from prefect.states import Cancelled, Failed  # noqa: E402
 
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
-from yoloq import settings  # noqa: E402
-from yoloq.spec import JobSpec, parse_spec  # noqa: E402
+from yoloq.base import settings  # noqa: E402
+from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
 
 @task(name="analyse")
@@ -36,7 +36,7 @@ def plan_segment_epochs(job: JobSpec, analysis: dict[str, Any]) -> int:
     """Epochs per segment: the spec's, else enough to fill the target segment time."""
     if job.segment_epochs:
         return job.segment_epochs
-    from yoloq.segments import segment_epochs_for
+    from yoloq.domain.segments import segment_epochs_for
 
     return segment_epochs_for(job.epochs, float(analysis.get("est_epoch_s") or 0))
 
@@ -148,7 +148,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
     the same run, never two."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import live_segments, segments_of
+    from yoloq.records.jobs import live_segments, segments_of
 
     def read() -> tuple[list[Any], list[Any]]:
         with get_client(sync_client=True) as client:
@@ -250,7 +250,7 @@ def open_mlflow_run(job: JobSpec, job_id: str, analysis: dict[str, Any],
                     per_segment: int) -> str:
     """Create (or find) the job's one MLflow run at queue time, with its params: the spec,
     the full train arguments and the analysis. Every segment continues this run."""
-    from yoloq.tracking import JobTracker
+    from yoloq.records.tracking import JobTracker
 
     uri, experiment = settings.mlflow_tracking_uri()
     spec = job.model_dump()
@@ -286,7 +286,7 @@ def _killed_victim(run) -> bool:
 
 def _finalised(job_id: str) -> bool:
     """True once the final segment has evaluated and exported (the MLflow run is ended)."""
-    from yoloq.tracking import JobTracker
+    from yoloq.records.tracking import JobTracker
 
     uri, experiment = settings.mlflow_tracking_uri()
     return JobTracker(uri, experiment).is_finished(job_id)

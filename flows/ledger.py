@@ -1,7 +1,7 @@
 """The epoch ledger a segment keeps: one row per epoch it trains (job, epoch, segment,
 node, start, end), appended to the rows of the job's newest checkpoint metadata and
 saved with every checkpoint. Rows are never dropped, so a retrained epoch shows twice.
-Read it back with `yoloq.jobs.epoch_trainings(job_id)`."""
+Read it back with `yoloq.records.jobs.epoch_trainings(job_id)`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.settings import node_name
+from yoloq.base.settings import node_name
 
 
 def _now() -> str:

@@ -36,8 +36,8 @@ def backoff_s(attempt: int) -> float:
 def is_transient(exc: BaseException) -> bool:
     """True for failures of the surroundings, not of the job: retrying later may succeed."""
     from yoloq.engine.segment import ResumeMismatch
-    from yoloq.errors import UserError
-    from yoloq.settings import StoreUnavailable
+    from yoloq.base.errors import UserError
+    from yoloq.base.settings import StoreUnavailable
 
     if isinstance(exc, (UserError, ResumeMismatch)):
         return False
@@ -98,7 +98,7 @@ def recover_interrupted(echo: Callable[[str], Any] = print, *, root: Any = None,
     from prefect.client.schemas.objects import StateType
     from prefect.states import Crashed, Scheduled
 
-    from yoloq.paths import state_paths
+    from yoloq.base.paths import state_paths
 
     root = str(root or state_paths().root)
     active = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
@@ -133,7 +133,7 @@ def recover_interrupted(echo: Callable[[str], Any] = print, *, root: Any = None,
 def _started_here(run: Any, worker_alive: bool) -> bool:
     """A segment this node's worker started (its PID file is in this state folder), or one
     not started at all while this node's worker is down."""
-    from yoloq.paths import state_paths
+    from yoloq.base.paths import state_paths
 
     pid_file = state_paths().pids / "segments" / f"{run.id}.pid"
     return pid_file.exists() or (not run.infrastructure_pid and not worker_alive)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 
@@ -24,8 +24,8 @@ def retrain(dataset: str | None = None, max_jobs: int = 10) -> list[str]:
     from prefect.client.orchestration import get_client
 
     from yoloq.commands.submit import create_job_run
-    from yoloq.jobs import list_jobs
-    from yoloq.spec import parse_spec
+    from yoloq.records.jobs import list_jobs
+    from yoloq.domain.spec import parse_spec
 
     logger = get_run_logger()
     wanted = str(Path(dataset).resolve()) if dataset else None

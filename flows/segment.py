@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 
@@ -35,9 +35,9 @@ from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_prog
 from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise  # noqa: E402
-from yoloq import settings  # noqa: E402
-from yoloq.paths import state_paths  # noqa: E402
-from yoloq.spec import JobSpec  # noqa: E402
+from yoloq.base import settings  # noqa: E402
+from yoloq.base.paths import state_paths  # noqa: E402
+from yoloq.domain.spec import JobSpec  # noqa: E402
 
 PREEMPTED = "Preempted"
 
@@ -142,7 +142,7 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
 def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
              logger: Any) -> Any:
-    from yoloq.tracking import JobTracker
+    from yoloq.records.tracking import JobTracker
 
     duplicate = _other_live_segment(job_id)
     if duplicate:
@@ -282,7 +282,7 @@ def _other_live_segment(job_id: str) -> str | None:
         return None
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import live_segments
+    from yoloq.records.jobs import live_segments
 
     with get_client(sync_client=True) as client:
         mine = client.read_flow_run(me)

@@ -13,8 +13,8 @@ from typing import Any
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from yoloq.paths import state_paths
-from yoloq.spec import JobSpec
+from yoloq.base.paths import state_paths
+from yoloq.domain.spec import JobSpec
 
 EVALUATED_TAG = "yoloq.stage.evaluated"
 EXPORTED_TAG = "yoloq.stage.exported"
@@ -62,7 +62,7 @@ def _train_results(checkpoint: Path) -> dict[str, list[Any]] | None:
 @task(name="evaluate")
 def evaluate_task(job: JobSpec, weights: Path, tracker: Any, run_id: str) -> dict[str, Any]:
     """Validate the best weights on the test split (else val); log and publish the table."""
-    from yoloq.evaluate import evaluate
+    from yoloq.engine.evaluate import evaluate
 
     workdir = state_paths().scratch / "evaluate" / run_id
     result = evaluate(Path(weights), Path(job.data), imgsz=job.imgsz, batch=job.batch,
@@ -79,7 +79,7 @@ def evaluate_task(job: JobSpec, weights: Path, tracker: Any, run_id: str) -> dic
 def export_task(job: JobSpec, job_id: str, weights: Path, tracker: Any,
                 run_id: str) -> list[dict[str, Any]]:
     """Export, verify by loading and validating, log and register each format."""
-    from yoloq.export import export
+    from yoloq.engine.export import export
 
     dest = state_paths().exports / job_id
     exported = export(Path(weights), job.export, dest, Path(job.data), imgsz=job.imgsz)

@@ -93,7 +93,7 @@ class Pool:
 
     def start_prefect_worker(self, name: str, declared: str) -> subprocess.Popen:
         """The same node agent through Prefect's own CLI: `prefect worker start --type yolo-gpu`."""
-        from yoloq.stack import current_stack, stack_env
+        from yoloq.ops.stack import current_stack, stack_env
 
         env = {**stack_env(current_stack()), **self.env, "YOLOQ_DECLARED_GPUS": declared}
         env.pop("YOLOQ_NODE_NAME", None)
@@ -113,8 +113,8 @@ class Pool:
 @contextmanager
 def cluster_pool(tmp: Path, first_node: str, first_declared: str) -> Iterator[Pool]:
     """`yoloq up` on the cluster profile with node agent `first_node`; more via start_node."""
-    from yoloq import mlflow_server
-    from yoloq.stack import free_port
+    from yoloq.ops import mlflow_server
+    from yoloq.ops.stack import free_port
 
     services = cluster_services()
     run = uuid.uuid4().hex[:8]

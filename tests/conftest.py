@@ -38,7 +38,7 @@ if not getattr(_netguard, "_LOG", None):
     _netguard._LOG = str(_NETGUARD_LOG)
     _netguard._install()
 
-from yoloq import offline  # noqa: E402
+from yoloq.base import offline  # noqa: E402
 
 offline.apply()
 
@@ -130,7 +130,7 @@ def netguard_log() -> Path:
 def yoloq_stack():
     """One real embedded stack per test session: Prefect server (SQLite), pools, deployments,
     job runner and yolo-gpu worker with one declared CPU slot. Stopped at the end."""
-    from yoloq import stack as stack_mod
+    from yoloq.ops import stack as stack_mod
 
     os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
     os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "0")
@@ -153,6 +153,6 @@ def yoloq_stack():
 @pytest.fixture(scope="session")
 def tiny_dataset(session_dir: Path) -> Path:
     """A small real detection dataset (coloured shapes) shared by the training tests."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "shapes", train=8, val=4, imgsz=64, seed=0)

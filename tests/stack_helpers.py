@@ -80,7 +80,7 @@ def wait_for(predicate, what: str, timeout_s: float = 600, every_s: float = 0.5)
 def paused_worker(stack) -> Iterator[None]:
     """Nothing trains: the GPU worker is stopped (SIGSTOP) once its node is published."""
     from work_pools.nodes import live_pool_gpus
-    from yoloq.stack import _read_pid
+    from yoloq.ops.stack import _read_pid
 
     wait_for(live_pool_gpus, "the GPU worker's node", 120)
     group = os.getpgid(_read_pid(stack, "worker"))

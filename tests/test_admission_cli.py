@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from yoloq import __version__, cli
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 YOLOQ = [sys.executable, "-m", "yoloq.cli"]
 

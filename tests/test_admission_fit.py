@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from yoloq import gpus
+from yoloq.domain import gpus
 from yoloq.analysis import estimates
 from yoloq.analysis.fit import PoolGpu, check_fit
 from yoloq.analysis.models import model_size
@@ -66,7 +66,7 @@ def test_refusal_names_the_largest_gpu_with_its_numbers():
 
 
 def test_max_batch_never_exceeds_the_spec_limit():
-    from yoloq.spec import MAX_BATCH
+    from yoloq.domain.spec import MAX_BATCH
 
     tiny = model_size("yolov8", "n")
     assert estimates.max_batch(*tiny, 32, gpus.CATALOG["H200-141GB"]) == MAX_BATCH
@@ -108,7 +108,7 @@ def test_every_alias_points_at_a_catalog_entry():
 
 def test_unknown_real_gpu_is_charged_the_default_and_warned_once(caplog):
     name = "NVIDIA B999 Test Edition"
-    with caplog.at_level(logging.WARNING, logger="yoloq.gpus"):
+    with caplog.at_level(logging.WARNING, logger="yoloq.domain.gpus"):
         speeds = [gpus.device_speed(name) for _ in range(3)]
     assert speeds == [gpus.DEFAULT_UNKNOWN_SPEED] * 3
     assert len([r for r in caplog.records if name in r.getMessage()]) == 1

@@ -25,7 +25,7 @@ import yaml
 
 from yoloq import cli
 from yoloq.analysis.ultralytics_cfg import tables
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 CHUNKS = 12
 CASES_PER_CHUNK = 40  # CHUNKS * CASES_PER_CHUNK in-process cases

@@ -11,9 +11,9 @@ import yaml
 from yoloq.analysis import analyse, classify, validate_dataset
 from yoloq.analysis.train_args import first_problem
 from yoloq.analysis.ultralytics_cfg import tables
-from yoloq.errors import DatasetError
-from yoloq.spec import load_spec, parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import DatasetError
+from yoloq.domain.spec import load_spec, parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 
 def test_tables_read_from_source_equal_ultralytics_own():
@@ -192,7 +192,7 @@ def test_parse_spec_round_trips_a_dumped_spec(tmp_path, dataset):
 
 def test_weights_missing_everywhere_names_the_env_var(tmp_path, dataset, monkeypatch):
     monkeypatch.delenv("YOLOQ_WEIGHTS_DIR", raising=False)
-    from yoloq.errors import ModelError
+    from yoloq.base.errors import ModelError
 
     with pytest.raises(ModelError) as caught:
         analyse(load_spec(_write_spec(tmp_path, model="yolo11n.pt")))

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from yoloq import cli
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 pytestmark = pytest.mark.service
 

@@ -11,12 +11,14 @@ import pytest
 import yaml
 from corpus.build import argv_for, build_case, load_manifest, write_fake_checkpoints
 
-from yoloq import cli, gpus
+from yoloq import cli
+
+from yoloq.domain import gpus
 from yoloq.analysis import analyse, analyse_file, classify, estimates, validate_dataset
 from yoloq.analysis.models import resolve_model_name
-from yoloq.errors import DatasetError, ModelError, SpecError
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import DatasetError, ModelError, SpecError
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 MANIFEST = load_manifest()
 

@@ -15,7 +15,7 @@ import yaml
 from stack_helpers import paused_worker, wait_for
 
 from yoloq import cli
-from yoloq.teams import TeamStore, store_path
+from yoloq.records.teams import TeamStore, store_path
 
 pytestmark = pytest.mark.service
 
@@ -92,7 +92,7 @@ def vision_job(api, tokens, tiny_dataset):
 def audit_rows(**filters) -> list[dict]:
     from prefect.client.orchestration import get_client
 
-    from yoloq.auditlog import read_audit
+    from yoloq.views.auditlog import read_audit
 
     with get_client(sync_client=True) as client:
         return read_audit(client, **filters)

@@ -16,7 +16,7 @@ from work_pools import board
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Policy
 from work_pools.scheduling import WorkerPolicy, schedule
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 NOW = 1_800_000_000.0
 
@@ -155,7 +155,7 @@ def future_segments(prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
-    from yoloq.settings import SEGMENT_DEPLOYMENT
+    from yoloq.base.settings import SEGMENT_DEPLOYMENT
 
     tag = uuid.uuid4().hex[:6]
     runs = []

@@ -32,7 +32,7 @@ from blocks.checkpoints import (
     store_from_uri,
 )
 
-from yoloq.jobs import epoch_trainings, trainings_per_epoch
+from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = REPO / "profiles" / "cluster" / "services.sh"

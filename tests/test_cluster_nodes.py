@@ -41,7 +41,7 @@ def pool(tmp_path_factory):
 def _segments(job_id: str) -> list:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         return segments_of(client, job_id)
@@ -68,7 +68,7 @@ def _spec(pool, tmp: Path, name: str, tier: str, epochs: int, data: Path, **kw) 
 
 
 def _trainings(job_id: str) -> dict[int, int]:
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     return trainings_per_epoch(epoch_trainings(job_id))
 

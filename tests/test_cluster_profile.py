@@ -24,8 +24,8 @@ def cluster_env() -> dict[str, str]:
 
 
 def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_dataset, tmp_path):
-    from yoloq import mlflow_server
-    from yoloq.stack import free_port
+    from yoloq.ops import mlflow_server
+    from yoloq.ops.stack import free_port
 
     run = uuid.uuid4().hex[:8]
     home = tmp_path / "node"
@@ -96,7 +96,7 @@ def _assert_shared_state(env: dict[str, str], job_id: str, run: str) -> None:
                                      filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
         steps = [m.step for m in client.get_metric_history(mlrun.info.run_id, "train/box_loss")]
         assert sorted(steps) == [1, 2]  # both epochs delivered
-        from yoloq.jobs import epoch_trainings, trainings_per_epoch
+        from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
         ledger = epoch_trainings(job_id, store)  # the only record that can show a repeat
         assert trainings_per_epoch(ledger) == {1: 1, 2: 1}

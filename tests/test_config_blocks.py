@@ -8,7 +8,7 @@ from pydantic import SecretStr
 
 from blocks.checkpoints import CheckpointStore, LocalCheckpointStore, S3CheckpointStore
 from blocks.mlflow import MlflowLocation
-from yoloq import settings
+from yoloq.base import settings
 
 pytestmark = pytest.mark.service
 

@@ -30,8 +30,8 @@ from yoloq.datasets.cache import MANIFEST, DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
 from yoloq.datasets.s3_source import DatasetUnreachable, open_s3_dataset
 from yoloq.datasets.sync import sync_dataset, sync_opened
-from yoloq.errors import DatasetError
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import DatasetError
+from yoloq.datasets.synth import synth_dataset
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def test_s3_sample_checks_the_same_label_files_as_local(s3, bucket, local_datase
 
 def test_analyse_of_an_s3_spec_gives_the_local_figures(s3, bucket, local_dataset):
     from yoloq.analysis import analyse
-    from yoloq.spec import parse_spec
+    from yoloq.domain.spec import parse_spec
 
     uri = upload(s3, bucket, local_dataset)
     spec = {"name": "s3-job", "team": "vision", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 32,
@@ -180,7 +180,7 @@ def test_s3_dataset_problems_are_one_line_errors(s3, bucket, local_dataset, s3_e
 
 
 def test_an_unreachable_endpoint_is_retried_by_segments_and_one_line_for_analyse(s3_env, tmp_path):  # noqa: F811
-    from yoloq.stack import free_port
+    from yoloq.ops.stack import free_port
 
     down = make_s3_client(f"http://127.0.0.1:{free_port()}", "us-east-1", s3_env["AWS_ACCESS_KEY_ID"],
                           s3_env["AWS_SECRET_ACCESS_KEY"])
@@ -520,7 +520,7 @@ def test_cache_bound_from_the_environment(monkeypatch, value, expected):
 @pytest.mark.parametrize("value", ["0", "-3", "lots", "inf", "nan"])
 def test_a_bad_cache_bound_is_one_line_naming_the_setting(monkeypatch, value):
     from yoloq.datasets.cache import cache_limit_bytes
-    from yoloq.errors import UserError
+    from yoloq.base.errors import UserError
 
     monkeypatch.setenv("YOLOQ_DATASET_CACHE_GB", value)
     with pytest.raises(UserError) as caught:

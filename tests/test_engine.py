@@ -24,9 +24,9 @@ from yoloq.engine.checkpoint import (
 )
 from yoloq.engine.determinism import clear_mosaic_buffer, epoch_seeds
 from yoloq.engine.metrics import DETECTION_EPOCH
-from yoloq.errors import UserError
-from yoloq.spec import JobSpec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import UserError
+from yoloq.domain.spec import JobSpec
+from yoloq.datasets.synth import synth_dataset
 
 EPOCHS = 3
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yoloq.errors import UserError
-from yoloq.evaluate import evaluate, load_yolo
-from yoloq.export import export
-from yoloq.synth import synth_dataset
-from yoloq.tracking import TAG_JOB_ID, JobTracker
+from yoloq.base.errors import UserError
+from yoloq.engine.evaluate import evaluate, load_yolo
+from yoloq.engine.export import export
+from yoloq.datasets.synth import synth_dataset
+from yoloq.records.tracking import TAG_JOB_ID, JobTracker
 
 pytestmark = pytest.mark.training
 IMGSZ = 32
@@ -28,7 +28,7 @@ def _boxes(labels: Path) -> int:
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """train/val from yoloq.synth, plus a test split with a different number of boxes."""
+    """train/val from yoloq.datasets.synth, plus a test split with a different number of boxes."""
     root = tmp_path_factory.mktemp("data")
     data = synth_dataset(root / "shapes", train=8, val=3, imgsz=IMGSZ, nc=3, seed=0)
     donor = synth_dataset(root / "donor", train=1, val=6, imgsz=IMGSZ, nc=3, seed=1)
@@ -131,8 +131,8 @@ def test_missing_onnx_is_a_one_line_user_error_before_any_work(best: Path, datas
         import sys
         sys.modules["onnx"] = None  # as if the onnx extra were not installed
         from pathlib import Path
-        from yoloq.errors import UserError
-        from yoloq.export import export
+        from yoloq.base.errors import UserError
+        from yoloq.engine.export import export
         try:
             export(Path({str(best)!r}), ["torchscript", "onnx"], Path({str(dest)!r}),
                    Path({str(dataset["data"])!r}), imgsz={IMGSZ})
@@ -173,7 +173,7 @@ def test_output_check_rejects_an_export_of_other_weights(best: Path, dataset: di
                                                          change: str, message: str) -> None:
     import torch
 
-    from yoloq.export import ExportVerificationError, _output_difference
+    from yoloq.engine.export import ExportVerificationError, _output_difference
 
     [model] = export(best, ["torchscript"], tmp_path / "exports", dataset["data"], imgsz=IMGSZ)
     other = tmp_path / "other.pt"

@@ -65,7 +65,7 @@ def test_worker_runs_a_pass_on_a_slot_freed_event(yoloq_stack, record_property):
 
     from work_pools import events_wake
     from work_pools.lease import STATS_VARIABLE
-    from yoloq.settings import GPU_POOL
+    from yoloq.base.settings import GPU_POOL
 
     def wake_stats() -> dict:
         with get_client(sync_client=True) as client:

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 pytestmark = pytest.mark.training
 

@@ -7,7 +7,7 @@ import pytest
 from work_pools.policy import Policy, Quota, UsageLedger, charge, share_ratios, tu, yoloq
 from work_pools.policy.fairshare import decay, period_start, quota_breaches
 from work_pools.simulate import TraceJob, parse_cluster, simulate
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 DAY = 86400.0
 

@@ -27,9 +27,9 @@ from yoloq.analysis import analyse
 from yoloq.analysis.families import REFUSED_FAMILIES
 from yoloq.analysis.fingerprint import fingerprint
 from yoloq.analysis.models import engine_of_model, resolve_model_name
-from yoloq.errors import ModelError
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import ModelError
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 YOLOV5_MODELS = Path(importlib.util.find_spec("yolov5").origin).parent / "models"
 

@@ -21,9 +21,9 @@ import pytest
 
 from yoloq.analysis import analyse, fingerprint
 from yoloq.analysis.classify import exactness, pending_boundaries
-from yoloq.errors import ModelError
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import ModelError
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 EPOCHS, IMAGES, BATCH, NBS = 3, 16, 2, 8  # accumulate 4 over 8 batches per epoch, warmup 2 epochs
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from work_pools.inventory import declared_inventory, inventory, nvml_inventory
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 @pytest.mark.parametrize(("spec", "names", "mems"), [

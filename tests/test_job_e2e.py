@@ -26,7 +26,7 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
+    from yoloq.base import settings
 
     uri, experiment = settings.mlflow_tracking_uri()
     client = MlflowClient(uri)
@@ -39,7 +39,7 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
                    "lr/pg0"):
         history = client.get_metric_history(run.info.run_id, metric)
         assert sorted(m.step for m in history) == [1, 2, 3, 4], metric  # every epoch delivered
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     # MLflow skips a (metric, step) already logged, so only the epoch ledger can show a repeat
     assert trainings_per_epoch(epoch_trainings(job_id)) == {1: 1, 2: 1, 3: 1, 4: 1}

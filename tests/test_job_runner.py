@@ -49,7 +49,7 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any
 
 def submit(data, name: str, epochs: int = 1) -> str:
     from yoloq.commands.submit import create_job_run
-    from yoloq.spec import parse_spec
+    from yoloq.domain.spec import parse_spec
 
     spec = parse_spec({"name": name, "team": "vision", "priority": "normal",
                        "model": "yolov8n.yaml", "data": str(data), "epochs": epochs, "imgsz": 64,
@@ -62,7 +62,7 @@ def submit(data, name: str, epochs: int = 1) -> str:
 def job(job_id: str):
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import find_job
+    from yoloq.records.jobs import find_job
 
     with get_client(sync_client=True) as client:
         return find_job(client, job_id)
@@ -125,8 +125,8 @@ def test_job_cancelled_while_waiting_ends_cancelled(yoloq_stack, tiny_dataset):
 def test_runner_killed_while_jobs_wait_each_job_trains_once(yoloq_stack, tiny_dataset):
     """SIGKILL of the runner with three jobs waiting, then `yoloq up`: the new runner adopts
     every parent and its waiting segment; every job completes, every epoch trained once."""
-    from yoloq import stack as stack_mod
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.ops import stack as stack_mod
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     with paused_worker(yoloq_stack):
         jobs = [submit(tiny_dataset, f"survive{i}") for i in range(3)]

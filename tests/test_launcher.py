@@ -23,7 +23,7 @@ from test_exact_resume import EPOCHS, exact_weights, job, reference  # noqa: F40
 from work_pools import processes
 from work_pools.launcher import MARKER_ENV
 from work_pools.warm_start import LOST_EXIT, LauncherClient, SegmentStarter, cold_reason
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PROBE = "tests.launcher_probe"

@@ -13,7 +13,7 @@ from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Policy, Quota
 from work_pools.scheduling import WorkerPolicy, build_snapshot, schedule, waiting_since
 from work_pools.usage import SegmentInterval, ledger_state
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 DAY = 86400.0
 MONDAY = 4 * DAY + 7 * DAY * 2900  # a Monday 00:00 UTC (1970-01-05 + whole weeks)

@@ -88,7 +88,7 @@ def _training(job_id: str):
     from prefect.client.orchestration import get_client
 
     from work_pools.processes import recorded_pid
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         running = [s for s in segments_of(client, job_id) if s.state and s.state.is_running()]

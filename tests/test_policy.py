@@ -11,7 +11,7 @@ from work_pools.policy import (Policy, Quota, Snapshot, check_tier_allowed, deci
                                effective_priority, estimate, fifo, las, priority,
                                starvation_bound_s)
 from work_pools.policy.builders import make_gpus, make_job
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
 POLICY = Policy(min_runtime_s=300, aging_step_s=3600)

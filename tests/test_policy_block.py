@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from work_pools.policy.model import Policy, Quota
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from yoloq.synth import synth_dataset
+from yoloq.datasets.synth import synth_dataset
 
 TRAIN_ARGS = {"seed": 3, "plots": False, "close_mosaic": 1, "nbs": 8, "workers": 0}
 
@@ -77,7 +77,7 @@ def test_checkpoint_every_setting(monkeypatch, value, expected):
 @pytest.mark.parametrize("value", ["0", "often", "-2"])
 def test_bad_checkpoint_every_names_the_setting(monkeypatch, value):
     from yoloq.engine.segment import CHECKPOINT_EVERY_ENV, checkpoint_every_from_env
-    from yoloq.errors import UserError
+    from yoloq.base.errors import UserError
 
     monkeypatch.setenv(CHECKPOINT_EVERY_ENV, value)
     with pytest.raises(UserError, match=CHECKPOINT_EVERY_ENV):

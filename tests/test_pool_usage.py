@@ -11,8 +11,8 @@ from work_pools.nodes import NodeRecord, from_value, to_value, validate_node_nam
 from work_pools.policy.model import Policy, Quota
 from work_pools.pool_scheduler import PoolGpus
 from work_pools.usage import SegmentInterval, decayed_tu, ledger_state, usage_table
-from yoloq.errors import UserError
-from yoloq.gpus import TU_SECONDS
+from yoloq.base.errors import UserError
+from yoloq.domain.gpus import TU_SECONDS
 
 DAY = 86400.0
 NOW = 20 * DAY + 3600.0  # 01:00 UTC
@@ -119,7 +119,7 @@ def _view(epochs_done: int, labels: dict[str, str], est_epoch_s: float = 30.0):
     import uuid
 
     from work_pools.segments import SegmentView
-    from yoloq.tiers import Tier
+    from yoloq.domain.tiers import Tier
 
     return SegmentView(uuid.uuid4(), "seg", "job", "team", Tier.LOW, "full", 1.0, est_epoch_s, 6,
                        epochs_done, 6, 0.0, labels)

@@ -23,7 +23,7 @@ def wait_running(job_id: str, timeout_s: float = 300):
     from prefect.client.orchestration import get_client
 
     from work_pools.processes import recorded_pid
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -50,7 +50,7 @@ def wait_label(flow_run_id, key: str, value: str, timeout_s: float = 120) -> Non
 @pytest.fixture(scope="module")
 def slower_dataset(session_dir):
     """Enough images that six epochs outlast the urgent job's way through the queue."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "shapes48", train=48, val=8, imgsz=64, seed=1)
 
@@ -98,7 +98,7 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
 def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
+    from yoloq.base import settings
 
     uri, experiment = settings.mlflow_tracking_uri()
     client = MlflowClient(uri)
@@ -107,7 +107,7 @@ def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
     for metric in ("train/box_loss", "metrics/mAP50-95B", "lr/pg0"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
         assert sorted(steps) == list(range(1, EPOCHS + 1)), (metric, steps)  # all delivered
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     # MLflow skips a (metric, step) already logged, so only the epoch ledger can show a repeat
     counts = trainings_per_epoch(epoch_trainings(job_id))
@@ -120,7 +120,7 @@ def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> Non
     import subprocess
     import sys
 
-    from yoloq import settings
+    from yoloq.base import settings
 
     restored = settings.checkpoint_store().restore(job_id, tmp_path / "restored")
     assert restored is not None and restored.info.epoch == EPOCHS

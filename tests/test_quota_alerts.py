@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from work_pools.policy.model import QuotaBreach
-from yoloq.quota_alerts import breach_key, unnotified
+from yoloq.records.quota_alerts import breach_key, unnotified
 
 DAY = 86400.0
 THURSDAY = 0.0  # 1970-01-01
@@ -88,7 +88,7 @@ def _wait_for(inbox: "queue.Queue[dict]", team: str, timeout_s: float = 60.0) ->
 def test_breach_event_notifies_the_webhook_once(prefect_api, webhook, tmp_path):
     from prefect.client.orchestration import get_client
 
-    from yoloq.quota_alerts import AUTOMATION_NAME, ensure_quota_automation
+    from yoloq.records.quota_alerts import AUTOMATION_NAME, ensure_quota_automation
 
     url, inbox = webhook
     first = ensure_quota_automation(url)
@@ -116,7 +116,7 @@ def test_cli_rejects_a_url_that_is_not_http():
     import argparse
 
     from yoloq.commands import alerts
-    from yoloq.errors import UserError
+    from yoloq.base.errors import UserError
 
     parser = argparse.ArgumentParser()
     alerts.add_arguments(parser)
@@ -127,7 +127,7 @@ def test_cli_rejects_a_url_that_is_not_http():
 def _notify_once(tmp_path, inbox) -> None:
     from prefect.events.worker import EventsWorker
 
-    from yoloq.quota_alerts import NotifiedBreaches, notify_quota_breaches
+    from yoloq.records.quota_alerts import NotifiedBreaches, notify_quota_breaches
 
     team = f"team-{uuid.uuid4().hex[:6]}"
     now = time.time()

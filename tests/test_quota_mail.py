@@ -12,8 +12,8 @@ from email import message_from_bytes
 import pytest
 
 from work_pools.policy.model import QuotaBreach
-from yoloq.errors import UserError
-from yoloq.mail import smtp_config
+from yoloq.base.errors import UserError
+from yoloq.base.mail import smtp_config
 
 DAY = 86400.0
 
@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def teams(tmp_path):
-    from yoloq.teams import TeamStore
+    from yoloq.records.teams import TeamStore
 
     store = TeamStore(tmp_path / "teams.json")
     team = f"t{uuid.uuid4().hex[:6]}"
@@ -59,7 +59,7 @@ def teams(tmp_path):
 
 @pytest.mark.service
 def test_one_mail_per_breach_and_period(yoloq_stack, smtp_server, teams):
-    from yoloq.quota_alerts import NotifiedBreaches, mail_quota_breaches
+    from yoloq.records.quota_alerts import NotifiedBreaches, mail_quota_breaches
 
     store, team = teams
     now = 1_800_000_000.0 + 3600  # a fixed day (UTC)
@@ -86,7 +86,7 @@ def test_breach_through_the_scheduler_hook_mails_the_owner(yoloq_stack, smtp_ser
                                                            monkeypatch):
     """`notify_quota_breaches` (what the scheduler calls) mails too; the owner comes from the
     team store of the state folder when none is given."""
-    from yoloq.quota_alerts import NotifiedBreaches, notify_quota_breaches
+    from yoloq.records.quota_alerts import NotifiedBreaches, notify_quota_breaches
 
     store, team = teams
     monkeypatch.setenv("YOLOQ_HOME", str(store.path.parent))  # the scheduler's state folder
@@ -98,7 +98,7 @@ def test_breach_through_the_scheduler_hook_mails_the_owner(yoloq_stack, smtp_ser
 
 @pytest.mark.service
 def test_unreachable_server_is_a_logged_error_and_retried(yoloq_stack, teams, monkeypatch, caplog):
-    from yoloq.quota_alerts import (
+    from yoloq.records.quota_alerts import (
         MAIL_RETRY_S,
         NotifiedBreaches,
         mail_key,

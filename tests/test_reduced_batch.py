@@ -8,9 +8,9 @@ import logging
 import pytest
 
 from flows.segment import batch_for_segment
-from yoloq import settings
+from yoloq.base import settings
 from yoloq.engine import SegmentRequest, run_segment
-from yoloq.spec import parse_spec
+from yoloq.domain.spec import parse_spec
 
 pytestmark = pytest.mark.training
 

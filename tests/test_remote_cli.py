@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from stack_helpers import wait_final, write_spec
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 stack_test = pytest.mark.service
 
@@ -81,7 +81,7 @@ def test_login_checks_the_token_and_saves_it_owner_only(yoloq_stack, client_env,
 
 @stack_test
 def test_wrong_token_and_unreachable_server_are_one_line_errors(yoloq_stack, client_env):
-    from yoloq.stack import free_port
+    from yoloq.ops.stack import free_port
 
     wrong = {**client_env, "YOLOQ_SERVER": yoloq_stack.rest_url, "YOLOQ_TOKEN": "yq_nope_nope"}
     for command in (["queue"], ["status"], ["cancel", "nojob"], ["logs", "nojob"]):
@@ -166,7 +166,7 @@ def test_watch_redraws_remote_and_local_and_ctrl_c_exits_cleanly(yoloq_stack, lo
 @stack_test
 def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client_env, tmp_path):
     """The reported bug: `PREFECT_API_URL=... yoloq queue` answered about 127.0.0.1:4210."""
-    from yoloq.stack import free_port
+    from yoloq.ops.stack import free_port
 
     client_env = {**client_env, "XDG_CONFIG_HOME": str(tmp_path / "no-login")}  # no yoloq server
     there = run_cli({**client_env, "PREFECT_API_URL": yoloq_stack.api_url}, "queue", "--json")
@@ -176,7 +176,7 @@ def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client
 
 
 def test_env_wins_over_the_saved_login_and_the_file_is_owner_only(tmp_path, monkeypatch):
-    from yoloq import credentials
+    from yoloq.client import credentials
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     for key in ("YOLOQ_SERVER", "YOLOQ_TOKEN"):
@@ -215,8 +215,8 @@ def test_env_wins_over_the_saved_login_and_the_file_is_owner_only(tmp_path, monk
 def test_refusals_are_one_line_naming_the_fix(status, body, expected):
     import httpx
 
-    from yoloq.credentials import Server
-    from yoloq.remote import http_error
+    from yoloq.client.credentials import Server
+    from yoloq.client.remote import http_error
 
     response = httpx.Response(status, json=body) if not isinstance(body, str) else httpx.Response(status, text=body)
     line = http_error(response, Server("http://q:1", "t", "$YOLOQ_SERVER")).line()

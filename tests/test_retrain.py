@@ -15,14 +15,14 @@ pytestmark = pytest.mark.service
 def yolo_jobs_named(name: str) -> list:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import list_jobs
+    from yoloq.records.jobs import list_jobs
 
     with get_client(sync_client=True) as client:
         return [j for j in list_jobs(client) if j.job_id.startswith(f"{name}-")]
 
 
 def test_dataset_updated_event_retrains_jobs_using_it(yoloq_stack, session_dir, tmp_path):
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(session_dir / "retrain-shapes", train=4, val=2, imgsz=64, seed=5)
     spec = write_spec(tmp_path / "retrain.yaml", data, name="retrain-me", priority="low",

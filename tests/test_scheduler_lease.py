@@ -73,8 +73,8 @@ def test_the_lease_survives_a_server_restart(tmp_path):
 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from yoloq.paths import state_paths
-    from yoloq.stack import Stack, api_answers, free_port, stack_env
+    from yoloq.base.paths import state_paths
+    from yoloq.ops.stack import Stack, api_answers, free_port, stack_env
     from stack_helpers import wait_for
 
     stack = Stack(state_paths(tmp_path / "home"), free_port())
@@ -87,7 +87,7 @@ def test_the_lease_survives_a_server_restart(tmp_path):
         os.environ.update(saved)
 
     def start() -> subprocess.Popen:
-        server = subprocess.Popen([sys.executable, "-m", "yoloq.server", "--port", str(stack.port)],
+        server = subprocess.Popen([sys.executable, "-m", "yoloq.ops.server", "--port", str(stack.port)],
                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         wait_for(lambda: api_answers(stack.api_url), "the server", timeout_s=300)

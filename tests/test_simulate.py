@@ -11,8 +11,8 @@ from work_pools.policy import fifo, priority, starvation_bound_s, yoloq
 from work_pools.simulate import (REFERENCE_CLUSTER, TraceJob, generate, parse_cluster, read_trace,
                                  simulate, summarise, write_trace)
 from yoloq.cli import main
-from yoloq.errors import UserError
-from yoloq.tiers import Tier
+from yoloq.base.errors import UserError
+from yoloq.domain.tiers import Tier
 
 REQUIRED_KEYS = {"avg_jct_s", "p50_jct_s", "p99_jct_s", "wait_p50_s_by_tier", "wait_p99_s_by_tier",
                  "max_rho", "p95_rho", "jain", "utilization", "preemptions_per_job", "redone_gpu_s",

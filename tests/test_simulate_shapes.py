@@ -10,7 +10,7 @@ from work_pools.policy.baselines import yoloq_soft
 from work_pools.simulate import (REFERENCE_CLUSTER, SHAPES, TraceJob, make_trace, parse_cluster,
                                  simulate, summarise)
 from work_pools.simulate.metrics import themis_rho
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 NEW_KEYS = {"themis_max_rho", "themis_p95_rho", "max_slowdown", "p95_slowdown",
             "eta_raw_mape", "eta_raw_coverage_80", "idle_while_waiting_gpu_s", "throttles"}

@@ -27,7 +27,7 @@ def small_slot_stack(tmp_path_factory):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from blocks.policy import POLICY_BLOCK, SchedulingPolicy
-    from yoloq import stack as stack_mod
+    from yoloq.ops import stack as stack_mod
 
     patch = pytest.MonkeyPatch()
     for key in stack_mod._FOREIGN_ENV:
@@ -50,7 +50,7 @@ def small_slot_stack(tmp_path_factory):
 def _segments(job_id: str) -> list:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         return sorted(segments_of(client, job_id), key=lambda r: r.created)
@@ -111,8 +111,8 @@ def _assert_recorded(job_id: str, batch: int) -> None:
     """Each epoch trained once; the batch change is on the MLflow run and in `yoloq history`."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.base import settings
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     assert trainings_per_epoch(epoch_trainings(job_id)) == {e: 1 for e in range(1, EPOCHS + 1)}
     uri, experiment = settings.mlflow_tracking_uri()

@@ -35,7 +35,7 @@ def stack_processes(home) -> list[int]:
 
 
 def test_up_twice_down_leaves_nothing_and_state_survives(tmp_path, tiny_dataset):
-    from yoloq.stack import free_port
+    from yoloq.ops.stack import free_port
 
     home = tmp_path / "home"
     port = str(free_port())

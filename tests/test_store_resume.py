@@ -12,8 +12,8 @@ import pytest
 from blocks.checkpoints import LocalCheckpointStore
 from flows.ledger import EpochLedger
 from yoloq.engine import SegmentRequest, run_segment
-from yoloq.jobs import epoch_trainings, trainings_per_epoch
-from yoloq.spec import parse_spec
+from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
+from yoloq.domain.spec import parse_spec
 
 pytestmark = pytest.mark.training
 

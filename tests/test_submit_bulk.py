@@ -18,10 +18,12 @@ import pytest
 import yaml
 from stack_helpers import paused_worker
 
-from yoloq import cli, sweep
-from yoloq.errors import SpecError
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq import cli
+
+from yoloq.domain import sweep
+from yoloq.base.errors import SpecError
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 BASE = {"name": "base", "team": "vision", "model": "yolov8n.yaml", "data": "ds/data.yaml", "epochs": 1,
         "imgsz": 64, "batch": 4, "export": [], "train_args": {"seed": 0, "workers": 0, "plots": False}}
@@ -261,7 +263,7 @@ def job_states(job_id: str) -> tuple[str, list[str]]:
     """(the parent's state name, its segments' state names)."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import find_job
+    from yoloq.records.jobs import find_job
 
     with get_client(sync_client=True) as client:
         job = find_job(client, job_id)

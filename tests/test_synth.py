@@ -11,7 +11,7 @@ from PIL import Image
 
 from yoloq import cli
 from yoloq.analysis import validate_dataset
-from yoloq.synth import _COLOURS, SHAPES, synth_dataset
+from yoloq.datasets.synth import _COLOURS, SHAPES, synth_dataset
 
 
 def _files(root: Path) -> dict[str, bytes]:

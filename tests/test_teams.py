@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from yoloq import cli
-from yoloq.teams import Caller, TeamStore, store_path
+from yoloq.records.teams import Caller, TeamStore, store_path
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from yoloq.tracking import (
+from yoloq.records.tracking import (
     TAG_JOB_ID,
     TAG_PREEMPTIONS,
     TAG_SEGMENTS,
@@ -32,7 +32,7 @@ def run_segment(tracking_uri: str, body: str) -> dict:
     script = textwrap.dedent("""
         import json, sys
         from pathlib import Path
-        from yoloq.tracking import JobTracker
+        from yoloq.records.tracking import JobTracker
         tracker = JobTracker(sys.argv[1], "yoloq-test")
         out = {}
     """) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
@@ -160,7 +160,7 @@ def test_two_processes_starting_the_same_job_at_once_agree(tracking_uri: str, tm
     script = textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from yoloq.tracking import JobTracker
+        from yoloq.records.tracking import JobTracker
         tracker = JobTracker(sys.argv[1], "yoloq-test")
         tracker.client.search_runs([tracker._experiment()])
         while not Path(sys.argv[2]).exists():

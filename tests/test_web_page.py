@@ -35,7 +35,7 @@ def _submit(spec: Path) -> str:
 def _segments(job_id: str) -> list:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         return segments_of(client, job_id)
@@ -52,7 +52,7 @@ def _training(job_id: str):
 def _queue_row(job_id: str) -> dict | None:
     from prefect.client.orchestration import get_client
 
-    from yoloq.queueview import queue_rows
+    from yoloq.views.queueview import queue_rows
 
     with get_client(sync_client=True) as client:
         return next((r for r in queue_rows(client) if r["job"] == job_id), None)
@@ -109,7 +109,7 @@ def browser_page(yoloq_stack):
 
 
 def _token(team: str) -> str:
-    from yoloq.teams import TeamStore  # the stack's own team store (its state folder)
+    from yoloq.records.teams import TeamStore  # the stack's own team store (its state folder)
 
     name = f"{team}-{uuid.uuid4().hex[:4]}"
     token = TeamStore().add(name, owner=f"lead@{name}.test")

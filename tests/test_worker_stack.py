@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.service, pytest.mark.training]
 @contextmanager
 def worker_with(**env: str):
     """Restart the session's worker with extra settings; restore the default one after."""
-    from yoloq.stack import restart_worker
+    from yoloq.ops.stack import restart_worker
 
     restart_worker({k: str(v) for k, v in env.items()})
     try:
@@ -35,7 +35,7 @@ def submit(spec) -> str:
 def segments(job_id: str) -> list:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         return segments_of(client, job_id)
@@ -62,7 +62,7 @@ def running_epoch(job_id: str) -> int | None:
 @pytest.fixture(scope="module")
 def long_epochs_dataset(session_dir):
     """Epochs of several seconds on this CPU, so a job can be caught inside one."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "shapes160", train=160, val=8, imgsz=64, seed=2)
 
@@ -70,7 +70,7 @@ def long_epochs_dataset(session_dir):
 @pytest.fixture(scope="module")
 def longer_epochs_dataset(session_dir):
     """Epochs of about ten seconds: the urgent job arrives inside one."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "shapes640", train=640, val=8, imgsz=64, seed=3)
 
@@ -154,7 +154,7 @@ def running_segment(job_id: str):
 
 def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, longer_epochs_dataset,
                                                             tmp_path):
-    from yoloq.stack import restart_worker
+    from yoloq.ops.stack import restart_worker
 
     job = submit(write_spec(tmp_path / "job.yaml", longer_epochs_dataset, name="orphaned",
                             priority="normal", epochs=3, segment_epochs=3, batch=16, export=[]))
@@ -170,7 +170,7 @@ def test_worker_sigkill_mid_segment_resumes_from_checkpoint(yoloq_stack, longer_
 def _assert_each_epoch_logged_once(job_id: str, epochs: int) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
+    from yoloq.base import settings
 
     uri, experiment = settings.mlflow_tracking_uri()
     client = MlflowClient(uri)
@@ -178,7 +178,7 @@ def _assert_each_epoch_logged_once(job_id: str, epochs: int) -> None:
     [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/box_loss")]
     assert sorted(steps) == list(range(1, epochs + 1)), steps  # every epoch delivered
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     # MLflow skips a (metric, step) already logged, so only the epoch ledger can show a repeat;
     # an epoch killed before its checkpoint is not a training (it never reached the store)

@@ -25,9 +25,9 @@ import yaml
 
 from yoloq.analysis.fingerprint import fingerprint
 from yoloq.engine import SegmentRequest, run_segment
-from yoloq.errors import UserError
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.base.errors import UserError
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 YOLOV5N = Path(importlib.util.find_spec("yolov5").origin).parent / "models" / "yolov5n.yaml"
 EPOCHS, IMAGES, BATCH, IMGSZ = 3, 16, 8, 64

@@ -1,7 +1,7 @@
 """Evaluate and export of an original YOLOv5 model, through the pipeline's own entry points.
 
 One tiny real job (yolov5n from the package's YAML, synthetic 64-px images, 1 epoch, CPU) trained
-by the yolov5 engine; then `yoloq.evaluate.evaluate` and `yoloq.export.export`, which dispatch on
+by the yolov5 engine; then `yoloq.engine.evaluate.evaluate` and `yoloq.engine.export.export`, which dispatch on
 the weights' engine to yolov5's own val and export. The network guard fails a test on any
 non-loopback attempt, so "nothing downloaded" is checked by every test here.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from yoloq.engine import SegmentRequest, run_segment
-from yoloq.spec import parse_spec
-from yoloq.synth import synth_dataset
+from yoloq.domain.spec import parse_spec
+from yoloq.datasets.synth import synth_dataset
 
 YOLOV5N = Path(importlib.util.find_spec("yolov5").origin).parent / "models" / "yolov5n.yaml"
 IMGSZ, BATCH = 64, 8
@@ -37,13 +37,13 @@ def trained(tmp_path_factory) -> dict:
 
 
 def test_best_weights_are_recognised_as_yolov5(trained):
-    from yoloq.evaluate import is_yolov5_weights
+    from yoloq.engine.evaluate import is_yolov5_weights
 
     assert is_yolov5_weights(trained["best"])
 
 
 def test_evaluate_uses_yolov5_val_with_the_ultralytics_metric_names(trained, tmp_path):
-    from yoloq.evaluate import evaluate
+    from yoloq.engine.evaluate import evaluate
 
     result = evaluate(trained["best"], trained["data"], imgsz=IMGSZ, batch=BATCH, workdir=tmp_path)
     assert result.split == "val"  # synth_dataset writes no test split
@@ -58,7 +58,7 @@ def test_evaluate_uses_yolov5_val_with_the_ultralytics_metric_names(trained, tmp
 def test_evaluate_prefers_the_test_split(trained, tmp_path):
     import yaml
 
-    from yoloq.evaluate import evaluate
+    from yoloq.engine.evaluate import evaluate
 
     config = yaml.safe_load(Path(trained["data"]).read_text())
     config["test"] = config["val"]
@@ -73,7 +73,7 @@ def test_export_torchscript_loads_and_runs(trained, tmp_path):
     import torch
 
     from yoloq.engine.yolov5.finalise import one_image
-    from yoloq.export import export
+    from yoloq.engine.export import export
 
     exported = export(trained["best"], ["torchscript"], tmp_path / "exports", trained["data"], imgsz=IMGSZ)
     assert [m.format for m in exported] == ["torchscript"]
@@ -90,7 +90,7 @@ def test_export_torchscript_loads_and_runs(trained, tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("onnx") is None, reason="the onnx extra is not installed")
 def test_export_onnx_when_the_extra_is_installed(trained, tmp_path):
-    from yoloq.export import export
+    from yoloq.engine.export import export
 
     exported = export(trained["best"], ["onnx"], tmp_path / "exports", trained["data"], imgsz=IMGSZ)
     assert [m.format for m in exported] == ["onnx"] and exported[0].path.suffix == ".onnx"
@@ -100,7 +100,7 @@ def test_export_onnx_when_the_extra_is_installed(trained, tmp_path):
 def test_best_rebuilt_from_the_finished_checkpoint_evaluates(trained, tmp_path):
     """A segment that finalises after a crash rebuilds best.pt from the checkpoint first."""
     from yoloq.engine.checkpoint import finished_best
-    from yoloq.evaluate import evaluate, is_yolov5_weights
+    from yoloq.engine.evaluate import evaluate, is_yolov5_weights
 
     best = finished_best(trained["checkpoint"], tmp_path / "best.pt")
     assert is_yolov5_weights(best)

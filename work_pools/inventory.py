@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,9 @@ PRELOAD = ("torch", "numpy", "prefect", "prefect.engine", "prefect.flow_engine",
            "prefect.client.orchestration", "prefect.deployments.steps", "ultralytics",
            "ultralytics.models.yolo.detect", "ultralytics.nn.tasks", "mlflow", "pandas",
            "flows.segment", "flows.stages", "yoloq.engine", "yoloq.engine.trainer",
-           "yoloq.engine.metrics", "yoloq.engine.checkpoint", "yoloq.tracking",
+           "yoloq.engine.metrics", "yoloq.engine.checkpoint", "yoloq.records.tracking",
            "yoloq.datasets", "yoloq.analysis.fingerprint", "yoloq.analysis.models",
-           "yoloq.jobs", "yoloq.evaluate", "yoloq.export")
+           "yoloq.records.jobs", "yoloq.engine.evaluate", "yoloq.engine.export")
 # Set by the agent per segment and read only at run time: they may differ from the
 # environment the launcher imported under. Any other difference starts the segment cold.
 # `PREFECT__*` (two underscores) are Prefect's per-run values (run, flow, deployment and

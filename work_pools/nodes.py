@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from work_pools.inventory import GpuInfo
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 NODE_VARIABLE_PREFIX = "yoloq-node-"
 DEFAULT_NODE_TIMEOUT_S = 30.0

@@ -37,7 +37,7 @@ from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
-from yoloq.settings import PREEMPT_LABEL
+from yoloq.base.settings import PREEMPT_LABEL
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
 THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch
@@ -264,7 +264,7 @@ async def _apply_admissions(client: Any, admits: tuple[Admit, ...], pool_gpus: P
 
 async def _apply_preemptions(client: Any, decision: WorkerDecision,
                              views: dict[UUID, SegmentView], now: float) -> None:
-    from yoloq.events import emit_preemption
+    from yoloq.records.events import emit_preemption
 
     for stop in decision.preempt:
         await client.update_flow_run_labels(stop.flow_run_id, {
@@ -277,7 +277,7 @@ async def _apply_throttles(client: Any, decision: WorkerDecision, pool_gpus: Poo
                            now: float) -> None:
     """Soft preemption: stop the victim at its next boundary like a preempted one, labelled
     with the batch its next segment trains with and the GPU it goes back to."""
-    from yoloq.events import emit_preemption
+    from yoloq.records.events import emit_preemption
 
     for throttle in decision.raw.throttle:
         view = decision.views.get(throttle.victim_segment_id)

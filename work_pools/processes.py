@@ -20,7 +20,7 @@ from uuid import UUID
 import anyio
 import anyio.abc
 
-from yoloq.paths import state_paths
+from yoloq.base.paths import state_paths
 
 
 def _pid_dir(node: str) -> Path:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 
 from work_pools.job_runner import InProcessJobWorker, gate  # noqa: E402
 from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
-from yoloq.settings import JOBS_POOL  # noqa: E402
+from yoloq.base.settings import JOBS_POOL  # noqa: E402
 
 
 async def serve() -> None:

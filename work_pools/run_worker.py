@@ -12,13 +12,13 @@ import asyncio
 import os
 import signal
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 
 from work_pools.nodes import default_node_name, validate_node_name  # noqa: E402
 from work_pools.worker import YoloGpuWorker  # noqa: E402
-from yoloq.settings import GPU_POOL  # noqa: E402
+from yoloq.base.settings import GPU_POOL  # noqa: E402
 
 
 async def serve(pool: str, name: str | None) -> None:

@@ -15,7 +15,7 @@ from work_pools import ledger as usage_ledger
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import LOCAL_NODE, Decision, Gpu, Policy, Segment, Snapshot
 from work_pools.segments import SegmentView
-from yoloq import gpus as gpu_catalog
+from yoloq.domain import gpus as gpu_catalog
 
 DEFAULT_MIN_GRACE_S = 60.0
 HOLD_GAP_S = 60.0  # a job off its GPU for less than this between segments held it throughout

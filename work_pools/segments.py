@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job was submitted at
 

@@ -22,7 +22,7 @@ from typing import Any
 from work_pools.ledger import JobUsage, LedgerState
 from work_pools.policy.fairshare import UsageLedger, period_start
 from work_pools.policy.model import Policy
-from yoloq.gpus import TU_SECONDS
+from yoloq.domain.gpus import TU_SECONDS
 
 NODE_LABEL = "yoloq.node"
 GPUS_LABEL = "yoloq.gpus"

@@ -32,7 +32,7 @@ import anyio
 
 from work_pools import processes
 from work_pools.launcher import MARKER_ENV, per_segment
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 COLD_COMMAND = [sys.executable, "-m", "prefect.engine"]

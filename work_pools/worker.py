@@ -37,7 +37,7 @@ from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import BATCH_LABEL
 from work_pools.warm_start import SegmentStarter
-from yoloq.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
+from yoloq.base.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
@@ -340,7 +340,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         return epoch_time_here(self._started_at.get(flow_run_id), view, speed)
 
     async def _notify_quota_breaches(self, decision: Any, now: float) -> None:
-        from yoloq.quota_alerts import NotifiedBreaches, notify_quota_breaches
+        from yoloq.records.quota_alerts import NotifiedBreaches, notify_quota_breaches
 
         if decision.raw.quota_breaches:
             await anyio.to_thread.run_sync(notify_quota_breaches, decision.raw.quota_breaches,

@@ -19,7 +19,7 @@ import sys
 from typing import NoReturn
 
 from yoloq import __version__
-from yoloq.errors import UserError, one_line
+from yoloq.base.errors import UserError, one_line
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

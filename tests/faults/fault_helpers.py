@@ -24,7 +24,7 @@ def submit(spec: Path, cli=yoloq) -> str:
 def segments(job_id: str) -> list[Any]:
     from prefect.client.orchestration import get_client
 
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     with get_client(sync_client=True) as client:
         return segments_of(client, job_id)
@@ -49,7 +49,7 @@ def kill_segment(flow_run_id: Any) -> float:
 def mlflow_runs(job_id: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
+    from yoloq.base import settings
 
     uri, experiment = settings.mlflow_tracking_uri()
     client = MlflowClient(uri)
@@ -58,7 +58,7 @@ def mlflow_runs(job_id: str) -> list[Any]:
 
 
 def trainings(job_id: str) -> dict[int, int]:
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     return trainings_per_epoch(epoch_trainings(job_id))
 

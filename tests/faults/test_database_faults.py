@@ -33,7 +33,7 @@ class OwnPostgres:
     """A PostgreSQL cluster of this test alone, through `services.sh` (own folder and port)."""
 
     def __init__(self) -> None:
-        from yoloq.stack import free_port
+        from yoloq.ops.stack import free_port
 
         self.folder = folder = Path(tempfile.mkdtemp(prefix="yoloq-pg-"))
         folder.chmod(0o755)  # the postgres user must reach it
@@ -66,7 +66,7 @@ def test_postgres_restarted_mid_training(own_postgres, session_dir, tmp_path):
     """The job's first segment is inside epoch 2 when PostgreSQL stops for DOWN_S; the
     server, the runner, the node agent and the segment reconnect; the job completes with
     every epoch trained once and later segments admitted after the restart."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(session_dir / "faults160", train=160, val=8, imgsz=64, seed=2)
     with cluster_helpers.cluster_pool(tmp_path, "a", "1xCPU:8") as pool:

@@ -48,9 +48,9 @@ def test_scratch_disk_full_fails_clearly_and_the_job_resumes(small_disk, tiny_da
     from blocks.checkpoints import LocalCheckpointStore
     from flows.recovery import is_transient, one_line
     from flows.segment import _train
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
-    from yoloq.spec import parse_spec
-    from yoloq.tracking import JobTracker
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.domain.spec import parse_spec
+    from yoloq.records.tracking import JobTracker
 
     spec = parse_spec({"name": "disk-full", "team": "faults", "model": "yolov8n.yaml",
                        "data": str(tiny_dataset), "epochs": 4, "imgsz": 64, "batch": 4,

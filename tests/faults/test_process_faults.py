@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration
 @pytest.fixture(scope="module")
 def epochs_dataset(session_dir):
     """Epochs of a few seconds on this CPU, so a job can be caught inside one."""
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "faults160", train=160, val=8, imgsz=64, seed=2)
 
@@ -50,7 +50,7 @@ def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_d
 
 def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack, epochs_dataset,
                                                                       tmp_path):
-    from yoloq import settings
+    from yoloq.base import settings
 
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="killed-finalising",
                             epochs=2, segment_epochs=2, batch=16, export=["torchscript"]))
@@ -74,8 +74,8 @@ def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack
 def _assert_finalised_once(job: str, run, model_name: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
-    from yoloq.paths import state_paths
+    from yoloq.base import settings
+    from yoloq.base.paths import state_paths
 
     client = MlflowClient(settings.mlflow_tracking_uri()[0])
     evaluated = [k for k in run.data.metrics if k.startswith("eval/")]
@@ -97,7 +97,7 @@ def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs
     from prefect.client.orchestration import get_client
 
     from flows.job import ParentGuard
-    from yoloq.jobs import parent_run
+    from yoloq.records.jobs import parent_run
 
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="worker-killed",
                             epochs=3, segment_epochs=3, batch=16, export=[]))

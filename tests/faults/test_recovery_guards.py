@@ -60,7 +60,7 @@ def test_two_creations_with_one_segment_key_make_one_run(yoloq_stack):
     from prefect.deployments import run_deployment
     from prefect.states import Cancelled
 
-    from yoloq.settings import SEGMENT_DEPLOYMENT
+    from yoloq.base.settings import SEGMENT_DEPLOYMENT
 
     job = f"guard-{uuid.uuid4().hex[:6]}"
     name, key = segment_identity(job, 0, 1, [])
@@ -83,8 +83,8 @@ def test_a_retried_job_creation_makes_one_job(yoloq_stack, tiny_dataset, tmp_pat
     from stack_helpers import write_spec
 
     from yoloq.commands.submit import create_job_run, job_deployment_id
-    from yoloq.settings import JOBS_POOL
-    from yoloq.spec import load_spec
+    from yoloq.base.settings import JOBS_POOL
+    from yoloq.domain.spec import load_spec
 
     spec = load_spec(write_spec(tmp_path / "job.yaml", tiny_dataset, name="retried"))
     job = f"retried-{uuid.uuid4().hex[:6]}"
@@ -130,7 +130,7 @@ def test_a_segment_with_an_older_live_segment_of_its_job_trains_nothing(yoloq_st
     from prefect.states import Cancelled, Running
 
     from flows.segment import _other_live_segment, _segment
-    from yoloq.spec import JobSpec
+    from yoloq.domain.spec import JobSpec
 
     job = f"guard-{uuid.uuid4().hex[:6]}"
     with _client() as client:
@@ -191,7 +191,7 @@ def test_up_leaves_a_parent_of_another_hosts_runner_alone(yoloq_stack):
     from prefect.states import Cancelled, Running
 
     from flows.recovery import recover_interrupted
-    from yoloq.settings import JOB_DEPLOYMENT
+    from yoloq.base.settings import JOB_DEPLOYMENT
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -11,9 +11,9 @@ import pytest
 from blocks.checkpoint_base import CheckpointInfo, RestoredCheckpoint
 from flows.recovery import backoff_s, is_transient
 from flows.segment import plan_mismatch
-from yoloq import settings
+from yoloq.base import settings
 from yoloq.engine.segment import ResumeMismatch
-from yoloq.errors import SpecError
+from yoloq.base.errors import SpecError
 
 
 def _restored(epoch: int, skipped: list[int] | None = None) -> RestoredCheckpoint:
@@ -79,7 +79,7 @@ def test_the_cluster_profile_has_no_node_local_default(monkeypatch):
 def test_history_rows_show_each_training_and_mark_a_repeat(monkeypatch, tmp_path):
     from blocks.checkpoint_base import EpochRecord
     from blocks.checkpoints import LocalCheckpointStore
-    from yoloq.timeline import ledger_rows
+    from yoloq.views.timeline import ledger_rows
 
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
     monkeypatch.setenv("YOLOQ_CHECKPOINT_URI", str(tmp_path / "store"))
@@ -97,7 +97,7 @@ def test_history_rows_show_each_training_and_mark_a_repeat(monkeypatch, tmp_path
 
 
 def test_history_says_when_the_ledger_cannot_be_read(monkeypatch):
-    from yoloq.timeline import ledger_rows
+    from yoloq.views.timeline import ledger_rows
 
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
     monkeypatch.delenv("YOLOQ_CHECKPOINT_URI", raising=False)

@@ -36,7 +36,7 @@ class Swift:
     disturbs nobody else's tests."""
 
     def __init__(self, folder: Path) -> None:
-        from yoloq.stack import free_port
+        from yoloq.ops.stack import free_port
 
         self.env = {**os.environ, "YOLOQ_SERVICES_DIR": str(folder),
                     **{f"YOLOQ_{name}_PORT": str(free_port()) for name in
@@ -142,8 +142,8 @@ class Recorded(logging.Handler):
 def _segment(store, job_id: str, data: Path, workdir: Path, stop_after: int, done: int,
              logger) -> dict[str, Any]:
     from flows.segment import _train
-    from yoloq.spec import parse_spec
-    from yoloq.tracking import JobTracker
+    from yoloq.domain.spec import parse_spec
+    from yoloq.records.tracking import JobTracker
 
     spec = parse_spec({"name": job_id, "team": "faults", "model": "yolov8n.yaml", "data": str(data),
                        "epochs": 3, "imgsz": 64, "batch": 4,
@@ -157,7 +157,7 @@ def _segment(store, job_id: str, data: Path, workdir: Path, stop_after: int, don
 @pytest.mark.integration
 @pytest.mark.training
 def test_s3_down_30s_during_an_upload_is_retried(swift, tiny_dataset, tmp_path):
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     store = _s3_store(swift)
 
@@ -183,7 +183,7 @@ def test_s3_down_30s_during_an_upload_is_retried(swift, tiny_dataset, tmp_path):
 def test_s3_down_past_the_retry_limit_fails_then_resumes(swift, tiny_dataset, tmp_path,
                                                          monkeypatch):
     from flows.recovery import is_transient, one_line
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     store = _s3_store(swift)
     monkeypatch.setenv("YOLOQ_STORE_RETRY_S", "6")
@@ -230,7 +230,7 @@ def _set_block_data(document_id, data: dict[str, Any]) -> None:
 def test_unreadable_store_block_crashes_the_segment_and_the_job_resumes(yoloq_stack, tiny_dataset,
                                                                         tmp_path):
     from blocks.checkpoints import LocalCheckpointStore
-    from yoloq import settings
+    from yoloq.base import settings
 
     shared = tmp_path / "shared-store"
     LocalCheckpointStore(path=str(shared)).save(settings.CHECKPOINT_BLOCK, overwrite=True)

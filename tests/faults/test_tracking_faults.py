@@ -19,20 +19,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.training]
 
 class Server:
     def __init__(self, folder: Path) -> None:
-        from yoloq.stack import free_port
+        from yoloq.ops.stack import free_port
 
         self.folder, self.port, self.proc = folder, free_port(), None
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        from yoloq import mlflow_server
+        from yoloq.ops import mlflow_server
 
         self.proc = mlflow_server.start(self.port, f"sqlite:///{self.folder / 'mlflow.db'}",
                                         (self.folder / "artifacts").as_uri(),
                                         log_path=str(self.folder / "mlflow.log"))
 
     def stop(self) -> None:
-        from yoloq import mlflow_server
+        from yoloq.ops import mlflow_server
 
         mlflow_server.stop(self.proc, grace_s=2)
 
@@ -42,9 +42,9 @@ def test_mlflow_down_30s_metrics_buffered_and_delivered_once(tiny_dataset, tmp_p
 
     from blocks.checkpoints import LocalCheckpointStore
     from flows.segment import _train, tracking_fails_fast
-    from yoloq.jobs import epoch_trainings, trainings_per_epoch
-    from yoloq.spec import parse_spec
-    from yoloq.tracking import JobTracker
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
+    from yoloq.domain.spec import parse_spec
+    from yoloq.records.tracking import JobTracker
 
     server = Server(tmp_path)
     server.start()

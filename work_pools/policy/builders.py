@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from work_pools.policy.model import FULL, SHORT, Gpu, Segment
-from yoloq.gpus import lookup
-from yoloq.tiers import Tier
+from yoloq.domain.gpus import lookup
+from yoloq.domain.tiers import Tier
 
 
 class SegmentBuilder:

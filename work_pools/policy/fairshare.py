@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from work_pools.policy.model import Policy, QuotaBreach
-from yoloq.gpus import TU_SECONDS
+from yoloq.domain.gpus import TU_SECONDS
 
 _DAY = 86400.0
 _MONDAY_OFFSET = 4 * _DAY  # 1970-01-01 was a Thursday

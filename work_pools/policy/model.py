@@ -1,7 +1,7 @@
 """The scheduler's data: frozen inputs (GPUs, segments, a snapshot), its config
 (a Policy), and its output (a Decision). Nothing here does I/O.
 
-Priority direction: `yoloq.tiers.Tier`, a lower value is more urgent. Every
+Priority direction: `yoloq.domain.tiers.Tier`, a lower value is more urgent. Every
 rank in this package follows it: rank 1 beats rank 4, and a *delayed* segment
 (its team is over quota) ranks `DELAYED_RANK`, below every tier.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 DELAYED_RANK = int(max(Tier)) + 1
 SHORT, FULL = "short", "full"
@@ -30,7 +30,7 @@ class Gpu:
     name: str
     mem_total_gb: float
     mem_free_gb: float
-    speed: float = 1.0  # relative to a V100, from yoloq.gpus
+    speed: float = 1.0  # relative to a V100, from yoloq.domain.gpus
     uuid: str = ""
     node: str = LOCAL_NODE
 

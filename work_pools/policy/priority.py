@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 
 from work_pools.policy.model import DELAYED_RANK, Policy, Segment
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 _TOP = int(Tier.URGENT)
 

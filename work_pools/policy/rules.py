@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from work_pools.policy.model import DELAYED_RANK, FULL, SHORT, Policy, Segment
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 
 def check_tier_allowed(team: str, tier: Tier | str | int, policy: Policy) -> str | None:

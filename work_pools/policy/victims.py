@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from work_pools.policy import rules
 from work_pools.policy.model import Policy, Segment
 from work_pools.policy.placement import GpuPool
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 _URGENT = int(Tier.URGENT)
 

@@ -4,7 +4,7 @@
       - {type: A100-80GB, count: 8}
       - {type: V100-32GB, count: 4}
 
-Types are names from `yoloq.gpus.CATALOG` (NVML-style names work too).
+Types are names from `yoloq.domain.gpus.CATALOG` (NVML-style names work too).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from work_pools.policy.model import Gpu
-from yoloq.errors import UserError
-from yoloq.gpus import lookup
+from yoloq.base.errors import UserError
+from yoloq.domain.gpus import lookup
 
 _PART = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9_.\- ]+?)\s*$")
 
@@ -76,7 +76,7 @@ def _build(parts: list[tuple[str, int]]) -> tuple[Gpu, ...]:
         try:
             kind = lookup(name)
         except KeyError as exc:
-            hint = getattr(exc, "hint", "use a name from yoloq.gpus, e.g. A100-80GB")
+            hint = getattr(exc, "hint", "use a name from yoloq.domain.gpus, e.g. A100-80GB")
             raise UserError("--cluster", f"unknown GPU type {name!r}", hint) from None
         for _ in range(count):
             i = len(gpus)

@@ -22,8 +22,8 @@ import math
 import random
 
 from work_pools.simulate.trace import TraceJob
-from yoloq.gpus import lookup
-from yoloq.tiers import Tier
+from yoloq.domain.gpus import lookup
+from yoloq.domain.tiers import Tier
 
 REFERENCE_CLUSTER = "8xA100-80GB,8xV100-32GB"
 LOADS = {"light": 0.5, "overloaded": 1.3}

@@ -33,7 +33,7 @@ import numpy as np
 
 from work_pools.policy.fairshare import entitlements
 from work_pools.simulate.engine import SimResult
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 _WAIT_FLOOR_S = 60.0
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from work_pools.simulate.generate import REFERENCE_CLUSTER, generate
 from work_pools.simulate.trace import TraceJob
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 SHAPES = ("light", "overloaded", "sustained", "urgent-bursts", "flood")
 FLOOD_TEAMS = (("flood", 0.70), ("vision", 0.10), ("robotics", 0.10), ("research", 0.10))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq.errors import UserError
-from yoloq.tiers import Tier
+from yoloq.base.errors import UserError
+from yoloq.domain.tiers import Tier
 
 COLUMNS = ("job_id", "team", "tier", "submit_time", "gpus", "gpu_mem_gb", "duration_s", "epochs",
            "model")

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq import gpus
+from yoloq.domain import gpus
 from yoloq.analysis import classify, estimates, train_args
 from yoloq.analysis.dataset import DatasetInfo
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
@@ -19,9 +19,9 @@ from yoloq.analysis.models import (
     yolov5_exactness,
 )
 from yoloq.analysis.validate import validate_dataset
-from yoloq.errors import ModelError, SpecError
-from yoloq.segments import segment_epochs_for
-from yoloq.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
+from yoloq.base.errors import ModelError, SpecError
+from yoloq.domain.segments import segment_epochs_for
+from yoloq.domain.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import yaml
 
 from yoloq.analysis.labels import sample, scan_labels
 from yoloq.analysis.strict_yaml import DuplicateKey, load_yaml
-from yoloq.errors import DatasetError
+from yoloq.base.errors import DatasetError
 
 IMG_FORMATS = frozenset({"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif",
                          "tiff", "webp"})  # ultralytics.data.utils.IMG_FORMATS

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from yoloq.gpus import GpuType
-from yoloq.spec import MAX_BATCH
+from yoloq.domain.gpus import GpuType
+from yoloq.domain.spec import MAX_BATCH
 
 # CUDA context, cuDNN/cuBLAS workspaces and allocator slack of a torch training process
 # (typically 0.5-1 GB on current GPUs; not counted by ultralytics' GPU_mem column).

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from yoloq.errors import ModelError
+from yoloq.base.errors import ModelError
 
 # Published sizes at 640 px, 80 classes: (parameters in millions, GFLOPs).
 # v8, v9, 11, 12, 26: the summaries printed in the shipped model YAMLs (ultralytics 8.4).

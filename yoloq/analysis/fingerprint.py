@@ -36,7 +36,7 @@ from yoloq.analysis.families import (
     yolov5_scale,
     yolov5_task,
 )
-from yoloq.errors import ModelError
+from yoloq.base.errors import ModelError
 
 _SAFE_GLOBALS = {
     ("collections", "OrderedDict"), ("collections", "defaultdict"), ("builtins", "set"),

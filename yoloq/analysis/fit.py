@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from yoloq.analysis import estimates
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 class Needs(Protocol):

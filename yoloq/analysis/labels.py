@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from yoloq.errors import DatasetError
+from yoloq.base.errors import DatasetError
 
 _COORD_SLACK = 0.01  # ultralytics accepts coordinates in [-0.01, 1.01] and clips them
 

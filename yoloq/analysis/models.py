@@ -40,7 +40,7 @@ from yoloq.analysis.families import (  # the lower layer, shared with fingerprin
     yolov5_task,
 )
 from yoloq.analysis.fingerprint import fingerprint, read_header
-from yoloq.errors import ModelError
+from yoloq.base.errors import ModelError
 
 # Tasks the engines do not train (see docs/sections/35-model-families.md).
 UNTRAINED_TASKS = {

@@ -11,7 +11,7 @@ import os
 
 
 def main(argv: list[str] | None = None) -> None:
-    from yoloq.stack import current_stack, use_stack
+    from yoloq.ops.stack import current_stack, use_stack
 
     stack = current_stack()
     parser = argparse.ArgumentParser(prog="python -m yoloq.api")

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 
 from yoloq import __version__
 from yoloq.api.errors import error_body
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def create_app() -> FastAPI:

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Header
 
 from yoloq.api.errors import refuse
-from yoloq.teams import Caller, TeamStore
+from yoloq.records.teams import Caller, TeamStore
 
 __all__ = ["Admin", "Authed", "Caller", "admin", "caller", "caller_from_token", "require_team", "team_store"]
 

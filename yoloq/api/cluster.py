@@ -21,7 +21,7 @@ def me(who: Authed) -> dict[str, Any]:
 @router.get("/queue", summary="Running and waiting segments: position, ETA with its interval, reason")
 def queue(who: Authed) -> list[dict[str, Any]]:
     from yoloq.commands._client import stack_client
-    from yoloq.queueview import queue_rows
+    from yoloq.views.queueview import queue_rows
 
     with stack_client() as client:
         return queue_rows(client)
@@ -54,7 +54,7 @@ def policy(who: Authed) -> dict[str, Any]:
 def policy_document(settings) -> dict[str, Any]:
     """The resolved policy as JSON: every field of `Policy`, tiers by name, plus the grace knobs
     and where the policy came from (block, environment or defaults)."""
-    from yoloq.tiers import TIER_NAMES
+    from yoloq.domain.tiers import TIER_NAMES
 
     return {"source": settings.source, "tiers": list(TIER_NAMES),
             "min_grace_s": settings.min_grace_s, "grace_epochs": settings.grace_epochs,

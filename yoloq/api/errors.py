@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def error_body(exc: UserError) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field
 
 from yoloq.api.auth import Authed, require_team
 from yoloq.api.errors import refuse, refuse_error
-from yoloq.errors import UserError
-from yoloq.teams import Caller
-from yoloq.tiers import TIER_NAMES
+from yoloq.base.errors import UserError
+from yoloq.records.teams import Caller
+from yoloq.domain.tiers import TIER_NAMES
 
 router = APIRouter(tags=["jobs"])
 _SUBMIT_LOCK = threading.Lock()  # an idempotency key is checked and used in one step
@@ -36,8 +36,8 @@ class TierChange(BaseModel):
 def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
            who: Authed,
            idempotency_key: str | None = Header(default=None, description="a repeat gets 409")) -> dict[str, Any]:
-    from yoloq.events import acting_as
-    from yoloq.spec import parse_spec
+    from yoloq.records.events import acting_as
+    from yoloq.domain.spec import parse_spec
 
     parsed = parse_spec(spec)  # a bad field: UserError -> 422 with the CLI's line
     require_team(who, parsed.team)
@@ -54,7 +54,7 @@ def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
 @router.get("/jobs", summary="All jobs (optionally one team's), newest first")
 def list_all(who: Authed, team: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     from yoloq.commands._client import stack_client
-    from yoloq.jobs import list_jobs
+    from yoloq.records.jobs import list_jobs
 
     with stack_client() as client:
         jobs = list_jobs(client, limit=min(max(limit, 1), 200))
@@ -64,7 +64,7 @@ def list_all(who: Authed, team: str | None = None, limit: int = 100) -> list[dic
 @router.get("/jobs/{job_id}", summary="One job: state, epochs, segments, history, MLflow run")
 def show(job_id: str, who: Authed) -> dict[str, Any]:
     from yoloq.commands._client import stack_client
-    from yoloq.timeline import job_timeline
+    from yoloq.views.timeline import job_timeline
 
     with stack_client() as client:
         job = _find(client, job_id)
@@ -77,7 +77,7 @@ def show(job_id: str, who: Authed) -> dict[str, Any]:
 def cancel(job_id: str, who: Authed, reason: str = "cancelled through the API") -> dict[str, Any]:
     from yoloq.commands._client import stack_client
     from yoloq.commands.cancel import cancel_job
-    from yoloq.events import acting_as
+    from yoloq.records.events import acting_as
 
     with stack_client() as client:
         job = _find(client, job_id)
@@ -91,7 +91,7 @@ def cancel(job_id: str, who: Authed, reason: str = "cancelled through the API") 
 def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
     from yoloq.commands._client import stack_client
     from yoloq.commands.retier import apply_tier, check_open, retiered_spec
-    from yoloq.events import acting_as
+    from yoloq.records.events import acting_as
 
     if change.tier not in TIER_NAMES:
         raise UserError("tier", f"unknown tier {change.tier!r}", f"use one of: {', '.join(TIER_NAMES)}")
@@ -161,7 +161,7 @@ def _placement(job) -> dict[str, Any]:
     """Where the new job enters the queue: behind every waiting segment of its tier or more
     urgent ones (the scheduler's board gives its ETA once it has planned it)."""
     from yoloq.commands._client import stack_client
-    from yoloq.queueview import queue_rows
+    from yoloq.views.queueview import queue_rows
 
     with stack_client() as client:
         rows = queue_rows(client)
@@ -177,7 +177,7 @@ def entry_position(rows: list[dict[str, Any]], tier: str) -> dict[str, Any]:
 
 
 def _find(client, job_id: str):
-    from yoloq.jobs import find_job
+    from yoloq.records.jobs import find_job
 
     try:
         return find_job(client, job_id)
@@ -199,8 +199,8 @@ def _segment(run) -> dict[str, Any]:
 
 def mlflow_link(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: tracking URI, run id and, for a tracking server, a browser link."""
-    from yoloq import settings
-    from yoloq.tracking import JobTracker
+    from yoloq.base import settings
+    from yoloq.records.tracking import JobTracker
 
     try:
         uri, experiment = settings.mlflow_tracking_uri()

@@ -22,7 +22,7 @@ def job_logs(job_id: str, who: Authed,
                                                                  "(for --follow)")] = None) -> dict[str, Any]:
     """{"job_id", "team", "finished", "lines": [{"id", "time", "run", "level", "message"}]}."""
     from yoloq.commands._client import stack_client
-    from yoloq.joblogs import job_log
+    from yoloq.views.joblogs import job_log
 
     with stack_client() as client:
         page = job_log(client, job_id, after)
@@ -36,7 +36,7 @@ def job_logs(job_id: str, who: Authed,
 def audit(who: Authed, since: Annotated[str, Query(description="ISO time or a span: 30m, 12h, 7d")] = "7d",
           team: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
     """A team token sees its own team's events; an admin token sees every team's (or `team`'s)."""
-    from yoloq.auditlog import read_audit
+    from yoloq.views.auditlog import read_audit
     from yoloq.commands._client import stack_client
     from yoloq.commands.audit import parse_since
 

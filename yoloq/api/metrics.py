@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 WINDOW_S = 24 * 3600.0
 WAIT_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600)
@@ -37,7 +37,7 @@ class Scrape:
         self._rows: list[dict[str, Any]] | None = None
 
     def queue(self) -> list[dict[str, Any]]:
-        from yoloq.queueview import queue_rows
+        from yoloq.views.queueview import queue_rows
 
         if self._rows is None:
             self._rows = queue_rows(self.client)
@@ -188,8 +188,8 @@ def _job_map(scrape: Scrape) -> Iterator[Metric]:
     """Latest mAP50-95 of each job with a segment running or waiting (one MLflow query)."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
-    from yoloq.tracking import TAG_JOB_ID
+    from yoloq.base import settings
+    from yoloq.records.tracking import TAG_JOB_ID
 
     teams = {row["job"]: row["team"] for row in scrape.queue()}
     family = GaugeMetricFamily("yoloq_job_map50_95", "Latest validation mAP50-95 of an active job",
@@ -231,7 +231,7 @@ def _recent_segments(client: Any, now: float) -> list[Any]:
 def _pool_runs(client: Any, flow_run_filter: Any, page: int = 200) -> list[Any]:
     from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
 
-    from yoloq.settings import GPU_POOL
+    from yoloq.base.settings import GPU_POOL
 
     pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[GPU_POOL]))
     found: list[Any] = []

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from yoloq.api.auth import Admin, team_store
-from yoloq.teams import Caller
+from yoloq.records.teams import Caller
 
 router = APIRouter(tags=["teams (admin)"])
 
@@ -41,7 +41,7 @@ class QuotaChange(BaseModel):
 def list_teams(who: Admin) -> list[dict[str, Any]]:
     from blocks.policy import load_policy
     from yoloq.commands._client import stack_client
-    from yoloq.policy_edit import team_limits
+    from yoloq.records.policy_edit import team_limits
 
     with stack_client():
         policy = load_policy()
@@ -76,8 +76,8 @@ def remove(name: str, who: Admin) -> dict[str, Any]:
 @router.post("/teams/{name}/limits", summary="Set a team's weight and tier cap")
 def limits(name: str, change: Limits, who: Admin) -> dict[str, Any]:
     from yoloq.commands._client import stack_client
-    from yoloq.events import acting_as
-    from yoloq.policy_edit import set_limits
+    from yoloq.records.events import acting_as
+    from yoloq.records.policy_edit import set_limits
 
     team_store().get(name)
     with stack_client(), acting_as(who.actor):
@@ -88,8 +88,8 @@ def limits(name: str, change: Limits, who: Admin) -> dict[str, Any]:
 @router.put("/teams/{name}/quota", summary="Set or clear (tu: null) a team's TU quota")
 def quota(name: str, change: QuotaChange, who: Admin) -> dict[str, Any]:
     from yoloq.commands._client import stack_client
-    from yoloq.events import acting_as
-    from yoloq.policy_edit import set_quota
+    from yoloq.records.events import acting_as
+    from yoloq.records.policy_edit import set_quota
 
     with stack_client(), acting_as(who.actor):
         old = set_quota(name, change.tu, change.period, change.reason)
@@ -99,8 +99,8 @@ def quota(name: str, change: QuotaChange, who: Admin) -> dict[str, Any]:
 def _audit(kind: str, team: str, who: Caller, **payload: Any) -> None:
     """`yoloq.team.added|token_rotated|removed`, with the admin as actor."""
     from yoloq.commands._client import stack_client
-    from yoloq.events import acting_as
-    from yoloq.policy_edit import emit_team_event
+    from yoloq.records.events import acting_as
+    from yoloq.records.policy_edit import emit_team_event
 
     with stack_client(), acting_as(who.actor):
         emit_team_event(kind, team, "through the API", **payload)

@@ -11,12 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 
 def queue(client: Any) -> list[dict[str, Any]]:
     """Running and waiting segments with position, ETA (interval) and reason."""
-    from yoloq.queueview import queue_rows
+    from yoloq.views.queueview import queue_rows
 
     return queue_rows(client)
 
@@ -38,15 +38,15 @@ class Bar:
 
 @dataclass
 class JobPage:
-    job: Any  # yoloq.jobs.JobRecord
+    job: Any  # yoloq.records.jobs.JobRecord
     timeline: list[dict[str, Any]]
     bars: list[Bar]
     mlflow: dict[str, Any] = field(default_factory=dict)
 
 
 def job_page(client: Any, job_id: str, now: float | None = None) -> JobPage | None:
-    from yoloq.jobs import list_jobs
-    from yoloq.timeline import job_timeline
+    from yoloq.records.jobs import list_jobs
+    from yoloq.views.timeline import job_timeline
 
     jobs = list_jobs(client, job_id)
     if not jobs:
@@ -83,8 +83,8 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq import settings
-    from yoloq.tracking import TAG_JOB_ID
+    from yoloq.base import settings
+    from yoloq.records.tracking import TAG_JOB_ID
 
     try:
         uri, experiment = settings.mlflow_tracking_uri()
@@ -138,7 +138,7 @@ def segment_intervals(now: float) -> list[Any]:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from work_pools.usage import UsageBook
-    from yoloq.settings import GPU_POOL
+    from yoloq.base.settings import GPU_POOL
 
     async def read() -> list[Any]:
         async with get_client() as async_client:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 @contextmanager
@@ -23,9 +23,9 @@ def stack_client() -> Iterator[Any]:
     server to use. A command that only reads never creates the state folder: without one and
     without such a URL, no stack runs here.
     """
-    from yoloq.paths import state_paths
-    from yoloq.prefect_auth import check_access
-    from yoloq.stack import current_stack, use_stack
+    from yoloq.base.paths import state_paths
+    from yoloq.base.prefect_auth import check_access
+    from yoloq.ops.stack import current_stack, use_stack
 
     paths = state_paths()
     explicit = explicit_api_url()
@@ -65,7 +65,7 @@ def explicit_api_url() -> str | None:
 
 
 def _require_answer(url: str, explicit: bool) -> None:
-    from yoloq.stack import api_answers
+    from yoloq.ops.stack import api_answers
 
     if api_answers(url):
         return
@@ -87,7 +87,7 @@ class Backend:
 @contextmanager
 def backend() -> Iterator[Backend]:
     """The configured yoloq server (`yoloq login`, YOLOQ_SERVER), else this host's stack."""
-    from yoloq.remote import remote
+    from yoloq.client.remote import remote
 
     server = remote()
     if server is not None:

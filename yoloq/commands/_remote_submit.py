@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 class RemoteAnalysis(dict):
@@ -25,7 +25,7 @@ class RemoteAnalysis(dict):
 
 
 def submit_remote(args: argparse.Namespace, remote: Any) -> int:
-    from yoloq import sweep
+    from yoloq.domain import sweep
     from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
 
     paths, overrides = sweep.split_items(args.items)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from yoloq.commands._client import print_json
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 _NAMED_IN_ERROR = 5  # bad jobs named, after the first, in the one error line
 

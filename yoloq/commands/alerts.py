@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from yoloq.commands._client import print_json, stack_client
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.quota_alerts import AUTOMATION_NAME, QUOTA_EVENT, ensure_quota_automation
+    from yoloq.records.quota_alerts import AUTOMATION_NAME, QUOTA_EVENT, ensure_quota_automation
 
     target = args.url if args.alerts_target == "webhook" else args.name
     if args.alerts_target == "webhook" and not target.startswith(("http://", "https://")):

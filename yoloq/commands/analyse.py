@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="job spec file (YAML or JSON)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--gpu", help="GPU type for memory, max batch and time (default: the reference, "
-                        "V100-32GB): a name from yoloq/gpus.py, e.g. A100-80GB, T4, CPU")
+                        "V100-32GB): a name from yoloq/domain/gpus.py, e.g. A100-80GB, T4, CPU")
 
 
 def run(args: argparse.Namespace) -> int:

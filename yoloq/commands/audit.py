@@ -8,7 +8,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from yoloq.commands._client import backend, print_json, table
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def parse_since(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.auditlog import read_audit
+    from yoloq.views.auditlog import read_audit
 
     since = parse_since(args.since)
     with backend() as where:

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.jobs import find_job
+    from yoloq.records.jobs import find_job
 
     with backend() as where:
         if where.remote is not None:
@@ -36,7 +36,7 @@ def cancel_job(client, job, reason: str) -> list:
     returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`."""
     from prefect.states import Cancelling
 
-    from yoloq.events import emit_job_event
+    from yoloq.records.events import emit_job_event
 
     targets = [s for s in job.segments if s.state and not s.state.is_final()]
     if job.flow_run.state and not job.flow_run.state.is_final():

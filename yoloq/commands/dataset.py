@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from yoloq.commands._client import print_json
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 MAX_SYNTH_IMAGES = 100_000
 MAX_SYNTH_IMGSZ = 4096
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.tool == "updated":
         return announce_update(args.data, args.json)
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     _check_synth_args(args)
     try:
@@ -78,7 +78,7 @@ def announce_update(data: str, as_json: bool = False) -> int:
     with stack_client():
         from prefect.events import emit_event
 
-        from yoloq.events import actor
+        from yoloq.records.events import actor
 
         emit_event(event="dataset.updated", resource={
             "prefect.resource.id": f"yoloq.dataset.{path.parent.name}",

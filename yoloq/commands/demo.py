@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("YOLOQ_DECLARED_GPUS", "1xCPU:8")
     os.environ.setdefault("YOLOQ_MIN_RUNTIME_S", "5")
     from yoloq.commands.submit import submit_job
-    from yoloq.spec import load_spec
-    from yoloq.stack import up
+    from yoloq.domain.spec import load_spec
+    from yoloq.ops.stack import up
 
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
     stack = up(echo=say)
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_demo_specs(root: Path) -> list[Path]:
-    from yoloq.synth import synth_dataset
+    from yoloq.datasets.synth import synth_dataset
 
     data = synth_dataset(root / "shapes", train=64, val=16, imgsz=64, seed=0)
     paths = []
@@ -73,7 +73,7 @@ def write_demo_specs(root: Path) -> list[Path]:
 def wait_until_training(job_id: str, timeout_s: float = 180) -> None:
     """Hold the next submissions until the first job holds the slot, so the urgent one preempts."""
     from yoloq.commands._client import stack_client
-    from yoloq.jobs import segments_of
+    from yoloq.records.jobs import segments_of
 
     deadline = time.monotonic() + timeout_s
     with stack_client() as client:
@@ -85,7 +85,7 @@ def wait_until_training(job_id: str, timeout_s: float = 180) -> None:
 
 def _print_final(job_ids: list[str], ok: bool, stack) -> None:
     from yoloq.commands._client import print_json, stack_client
-    from yoloq.jobs import list_jobs
+    from yoloq.records.jobs import list_jobs
 
     with stack_client() as client:
         jobs = [j.to_dict() for j in list_jobs(client) if j.job_id in job_ids]
@@ -99,8 +99,8 @@ def watch(job_ids: list[str], timeout_s: float, to_stderr: bool = False) -> bool
     from rich.table import Table
 
     from yoloq.commands._client import stack_client
-    from yoloq.jobs import list_jobs
-    from yoloq.queueview import queue_rows
+    from yoloq.records.jobs import list_jobs
+    from yoloq.views.queueview import queue_rows
 
     deadline = time.monotonic() + timeout_s
     console = Console(stderr=True) if to_stderr else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from yoloq.commands._client import backend, print_json, table
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.timeline import job_timeline
+    from yoloq.views.timeline import job_timeline
 
     with backend() as where:
         if where.remote is not None:

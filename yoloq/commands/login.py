@@ -13,7 +13,7 @@ import os
 import sys
 
 from yoloq.commands._client import print_json
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_login_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,8 +28,8 @@ def add_logout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_login(args: argparse.Namespace) -> int:
-    from yoloq import credentials
-    from yoloq.remote import Remote
+    from yoloq.client import credentials
+    from yoloq.client.remote import Remote
 
     url = credentials.normal_url(args.url)
     token = (args.token or os.environ.get(credentials.TOKEN_ENV) or _ask()).strip()
@@ -48,7 +48,7 @@ def run_login(args: argparse.Namespace) -> int:
 
 
 def run_logout(args: argparse.Namespace) -> int:
-    from yoloq import credentials
+    from yoloq.client import credentials
 
     removed = credentials.forget()
     if args.json:

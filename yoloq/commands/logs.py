@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from yoloq.commands._client import backend
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.joblogs import follow, format_line
+    from yoloq.views.joblogs import follow, format_line
 
     if args.interval <= 0:
         raise UserError("--interval", "must be positive", "e.g. --interval 2")
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local_fetch(client: Any, job_id: str):
-    from yoloq.joblogs import job_log
+    from yoloq.views.joblogs import job_log
 
     def fetch(after: datetime | None) -> dict[str, Any]:
         page = job_log(client, job_id, after)

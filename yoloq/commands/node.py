@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from work_pools.nodes import default_node_name, validate_node_name
-    from yoloq.settings import GPU_POOL
+    from yoloq.base.settings import GPU_POOL
 
     name = validate_node_name(args.name) if args.name else default_node_name()
     env = _node_env()
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _node_env() -> dict[str, str]:
     """The embedded stack's environment, except that an explicit PREFECT_API_URL wins."""
-    from yoloq.stack import api_answers, current_stack, stack_env
+    from yoloq.ops.stack import api_answers, current_stack, stack_env
 
     explicit = os.environ.get("PREFECT_API_URL")
     env = stack_env(current_stack())
@@ -53,7 +53,7 @@ def _node_env() -> dict[str, str]:
     if not api_answers(env["PREFECT_API_URL"], timeout_s=5):
         raise UserError("PREFECT_API_URL", f"no Prefect server answers on {env['PREFECT_API_URL']}",
                         "start the stack (`yoloq up`) or point PREFECT_API_URL at the server")
-    from yoloq.prefect_auth import check_access
+    from yoloq.base.prefect_auth import check_access
 
     check_access(env["PREFECT_API_URL"])  # missing or wrong PREFECT_API_AUTH_STRING: one line, now
     return env

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 def queue_rows(where: Any) -> list[dict[str, Any]]:
     if where.remote is not None:
         return where.remote.get("/queue")
-    from yoloq.queueview import queue_rows as local_rows
+    from yoloq.views.queueview import queue_rows as local_rows
 
     return local_rows(where.client)
 

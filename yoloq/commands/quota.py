@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from yoloq.commands._client import print_json, stack_client
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.clear and (args.tu is None or args.tu <= 0):
         raise UserError("--tu", "a positive budget is required", "give --tu 2.5 (or --clear)")
-    from yoloq.policy_edit import set_quota
+    from yoloq.records.policy_edit import set_quota
 
     with stack_client():
         old = set_quota(args.team, None if args.clear else args.tu, args.period, args.reason)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from yoloq.commands._client import backend, print_json
-from yoloq.errors import UserError
-from yoloq.tiers import TIER_NAMES
+from yoloq.base.errors import UserError
+from yoloq.domain.tiers import TIER_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.jobs import find_job
-    from yoloq.policy_config import check_submit_allowed
+    from yoloq.records.jobs import find_job
+    from yoloq.records.policy_config import check_submit_allowed
 
     with backend() as where:
         if where.remote is not None:
@@ -51,7 +51,7 @@ def apply_tier(client, job, tier: str, reason: str) -> None:
     """Label the parent and its live segments with the new tier and record the event.
     Shared by `yoloq retier` and `POST /v1/jobs/{id}/tier` (both check first)."""
     from work_pools.segments import TIER_LABEL
-    from yoloq.events import emit_job_event
+    from yoloq.records.events import emit_job_event
 
     runs = [job.flow_run, *(s for s in job.segments if s.state and not s.state.is_final())]
     for run_ in runs:
@@ -60,6 +60,6 @@ def apply_tier(client, job, tier: str, reason: str) -> None:
 
 
 def _spec_of(job):
-    from yoloq.spec import parse_spec
+    from yoloq.domain.spec import parse_spec
 
     return parse_spec((job.flow_run.parameters or {}).get("spec") or {})

@@ -12,7 +12,7 @@ import argparse
 import json
 import math
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 _POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-soft")
 _SHAPES = ("light", "overloaded", "sustained", "urgent-bursts", "flood")

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from yoloq.commands._client import print_json
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def add_up_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,8 +21,8 @@ def add_down_arguments(parser: argparse.ArgumentParser) -> None:
 def run_up(args: argparse.Namespace) -> int:
     import os
 
-    from yoloq.prefect_auth import prepare_server_host
-    from yoloq.stack import up
+    from yoloq.base.prefect_auth import prepare_server_host
+    from yoloq.ops.stack import up
 
     prepare_server_host(os.environ)  # the cluster profile's Prefect API requires credentials
 
@@ -40,7 +40,7 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from yoloq.stack import down
+    from yoloq.ops.stack import down
 
     if args.json:
         stopped = down(echo=lambda line: print(line, file=sys.stderr))

@@ -13,7 +13,7 @@ from yoloq.commands._client import (
     table,
     watch,
 )
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 _FIELDS = ("job_id", "team", "tier", "state", "epochs", "epochs_done", "segments", "preemptions", "flow_run_id")
 
@@ -42,7 +42,7 @@ def job_rows(where: Any, job_id: str | None) -> list[dict[str, Any]]:
         found = [where.remote.get(f"/jobs/{job_id}")] if job_id else where.remote.get("/jobs")
         rows = [{k: row.get(k) for k in _FIELDS} for row in found]
     else:
-        from yoloq.jobs import list_jobs
+        from yoloq.records.jobs import list_jobs
 
         rows = [j.to_dict() for j in list_jobs(where.client, job_id)]
     if job_id and not rows:

@@ -19,7 +19,7 @@ from typing import Any
 
 from yoloq.commands._client import stack_client
 from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 class _Intermixed:
@@ -54,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq import sweep
-    from yoloq.remote import remote
+    from yoloq.domain import sweep
+    from yoloq.client.remote import remote
 
     server = None if args.dry_run else remote()
     if server is not None:  # a yoloq server is configured: it analyses, checks and creates
@@ -185,7 +185,7 @@ def _pool_gpus(client, gpu: str | None):
     if live:
         return live, "live nodes"
     if gpu:
-        from yoloq import gpus
+        from yoloq.domain import gpus
 
         kind = gpus.lookup(gpu)  # already checked by the analysis
         return [PoolGpu("--gpu", kind.name, kind.mem_gb)], "--gpu"
@@ -204,7 +204,7 @@ def live_nodes(client) -> list:
 
 def job_deployment_id(client):
     """The `yolo-job` deployment's id, read once per batch."""
-    from yoloq.settings import JOB_DEPLOYMENT
+    from yoloq.base.settings import JOB_DEPLOYMENT
 
     return client.read_deployment_by_name(JOB_DEPLOYMENT).id
 
@@ -221,7 +221,7 @@ def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tup
     client; without, through `run_deployment` (a new client). The job id is the run's
     idempotency key: a creation retried after a lost response returns the same run.
     """
-    from yoloq.events import emit_job_event
+    from yoloq.records.events import emit_job_event
 
     job_id = job_id or f"{spec.name}-{secrets.token_hex(3)}"
     parameters = {"spec": spec.model_dump(), "job_id": job_id}
@@ -234,7 +234,7 @@ def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tup
     else:
         from prefect.deployments import run_deployment
 
-        from yoloq.settings import JOB_DEPLOYMENT
+        from yoloq.base.settings import JOB_DEPLOYMENT
 
         run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
                        as_subflow=False, tags=job_tags(job_id, spec, tags), idempotency_key=job_id)

@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from yoloq.commands._client import print_json, table
-from yoloq.errors import UserError
-from yoloq.tiers import TIER_NAMES
+from yoloq.base.errors import UserError
+from yoloq.domain.tiers import TIER_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.teams import TeamStore
+    from yoloq.records.teams import TeamStore
 
     store = TeamStore()
     if args.action == "add":
@@ -70,7 +70,7 @@ def add_team(store, name: str, weight: float | None = None, cap: str | None = No
              admin: bool = False, label: str = "default", actor: str | None = None) -> str:
     """Check, save the team's limits in the policy (if given), then add it; returns its token.
     Shared by `yoloq team add` and `POST /v1/teams`."""
-    from yoloq.teams import check_team_name
+    from yoloq.records.teams import check_team_name
 
     check_team_name(name)
     if cap is not None and cap not in TIER_NAMES:
@@ -87,7 +87,7 @@ def add_team(store, name: str, weight: float | None = None, cap: str | None = No
 
 def remove_team(store, name: str, actor: str | None = None) -> None:
     """Remove the team from the store, and its weight, cap and quota from the policy."""
-    from yoloq.policy_edit import forget_team
+    from yoloq.records.policy_edit import forget_team
 
     store.get(name)
     if _stack_answers():
@@ -98,7 +98,7 @@ def remove_team(store, name: str, actor: str | None = None) -> None:
 
 
 def _set_limits(name: str, weight: float | None, cap: str | None) -> None:
-    from yoloq.policy_edit import set_limits
+    from yoloq.records.policy_edit import set_limits
 
     set_limits(name, weight, cap)
 
@@ -107,14 +107,14 @@ def _with_policy(actor: str | None, change) -> None:
     from contextlib import nullcontext
 
     from yoloq.commands._client import stack_client
-    from yoloq.events import acting_as
+    from yoloq.records.events import acting_as
 
     with stack_client(), (acting_as(actor) if actor else nullcontext()):
         change()
 
 
 def _stack_answers() -> bool:
-    from yoloq.stack import current_stack, healthy
+    from yoloq.ops.stack import current_stack, healthy
 
     return healthy(current_stack())
 
@@ -136,7 +136,7 @@ def _list(store, as_json: bool) -> None:
 
 def _add_limits(rows: list[dict[str, Any]]) -> None:
     from yoloq.commands._client import stack_client
-    from yoloq.policy_edit import team_limits
+    from yoloq.records.policy_edit import team_limits
 
     with stack_client():
         from blocks.policy import load_policy

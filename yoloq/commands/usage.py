@@ -12,7 +12,7 @@ import sys
 import time
 
 from yoloq.commands._client import backend, print_json, table
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -59,7 +59,7 @@ def usage_rows(window_s: float, team: str | None = None) -> list[dict]:
     """Rows (team, job, segments, gpu_s, tu) over the last `window_s` seconds; the caller has
     pointed Prefect at the stack. Shared by `yoloq usage` and `GET /v1/usage`."""
     from work_pools.usage import usage_table
-    from yoloq.settings import GPU_POOL
+    from yoloq.base.settings import GPU_POOL
 
     now = time.time()
     rows = usage_table(_intervals(GPU_POOL, now), now, now - window_s, team)

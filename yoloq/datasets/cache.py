@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq.errors import DatasetError, UserError
-from yoloq.paths import state_paths
+from yoloq.base.errors import DatasetError, UserError
+from yoloq.base.paths import state_paths
 
 CACHE_GB_ENV = "YOLOQ_DATASET_CACHE_GB"
 DEFAULT_CACHE_GB = 50.0

@@ -26,7 +26,7 @@ from yoloq.datasets.s3_source import (
     S3Object,
     fetch_error,
 )
-from yoloq.errors import DatasetError
+from yoloq.base.errors import DatasetError
 
 MIB = 1024 * 1024
 _CHUNK = MIB

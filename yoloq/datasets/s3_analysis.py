@@ -26,7 +26,7 @@ from yoloq.datasets.s3_source import (
     get_bytes,
     open_s3_dataset,
 )
-from yoloq.errors import DatasetError
+from yoloq.base.errors import DatasetError
 
 _READERS = 8  # label files fetched at once (botocore keeps 10 connections per client)
 

@@ -23,7 +23,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from yoloq.analysis.dataset import load_data_yaml
-from yoloq.errors import DatasetError
+from yoloq.base.errors import DatasetError
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 _DENIED = {"403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
@@ -96,7 +96,7 @@ def parse_s3_uri(uri: str, field_name: str = "data") -> S3Uri:
 def dataset_client() -> Any:
     """An S3 client with the checkpoint store's endpoint and credentials (see module doc)."""
     from blocks.s3 import S3CheckpointStore, make_s3_client
-    from yoloq import settings
+    from yoloq.base import settings
 
     store = settings.checkpoint_store()
     if isinstance(store, S3CheckpointStore):

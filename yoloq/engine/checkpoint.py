@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from yoloq.atomic import write_atomically
-from yoloq.errors import UserError
+from yoloq.base.atomic import write_atomically
+from yoloq.base.errors import UserError
 
 FORMAT = 1
 KEY = "yoloq"

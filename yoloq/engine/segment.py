@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from yoloq import offline
+from yoloq.base import offline
 from yoloq.engine import rng_isolation
-from yoloq.errors import UserError
-from yoloq.spec import JobSpec
+from yoloq.base.errors import UserError
+from yoloq.domain.spec import JobSpec
 
 # Arguments a segment always sets, whatever the spec's train_args say.
 _FORCED = {"resume": False, "save": True, "exist_ok": True, "save_period": -1}

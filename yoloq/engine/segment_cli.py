@@ -17,8 +17,8 @@ from pathlib import Path
 
 from yoloq.engine.dispatch import run_segment
 from yoloq.engine.segment import CHECKPOINT_EVERY_ENV, SegmentRequest
-from yoloq.errors import UserError
-from yoloq.spec import load_spec
+from yoloq.base.errors import UserError
+from yoloq.domain.spec import load_spec
 
 
 @dataclass

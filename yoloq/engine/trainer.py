@@ -28,7 +28,7 @@ from ultralytics.utils.torch_utils import unwrap_model
 from yoloq.engine import checkpoint
 from yoloq.engine.accumulation import AccumulationPolicy
 from yoloq.engine.determinism import apply_seeds, clear_mosaic_buffer, epoch_seeds
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 class ExactResumeMixin:

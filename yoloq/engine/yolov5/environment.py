@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from yoloq import offline
-from yoloq.errors import ModelError
+from yoloq.base import offline
+from yoloq.base.errors import ModelError
 
 
 def apply() -> Path:

@@ -1,7 +1,7 @@
 """Evaluate and export an original YOLOv5 model with the yolov5 package's own val and export.
 
-ultralytics cannot load an original YOLOv5 checkpoint, so `yoloq.evaluate.evaluate` and
-`yoloq.export.export` hand such weights (the fingerprint's engine is "yolov5") to this
+ultralytics cannot load an original YOLOv5 checkpoint, so `yoloq.engine.evaluate.evaluate` and
+`yoloq.engine.export.export` hand such weights (the fingerprint's engine is "yolov5") to this
 module. It returns the same types as the ultralytics path: an `EvalResult` whose metrics
 use ultralytics' names (`metrics/precision(B)`, ..., `fitness`), so MLflow and the Prefect
 table artifact see the same keys, and one `ExportedModel` per format, which the pipeline
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from yoloq.engine.yolov5 import environment
-from yoloq.model_results import (
+from yoloq.engine.model_results import (
     OUTPUT_TOLERANCE,
     EvalResult,
     ExportedModel,

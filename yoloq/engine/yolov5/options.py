@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 HYP_FILE = "hyp.scratch-low.yaml"  # yolov5's default for training from scratch
 OPTION_ARGS = {  # ultralytics name -> yolov5 option

@@ -23,7 +23,7 @@ from yoloq.engine import rng_isolation
 from yoloq.engine.determinism import apply_seeds, epoch_seeds
 from yoloq.engine.segment import NoHooks, SegmentRequest, SegmentResult
 from yoloq.engine.yolov5 import environment, exactness, options, state
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 LOG = logging.getLogger("yoloq.engine.yolov5")  # not warnings: yolov5 ignores every UserWarning
 _METRICS = ("train/box_loss", "train/obj_loss", "train/cls_loss", "metrics/precision(B)",

@@ -23,7 +23,7 @@ import torch
 
 from yoloq.engine import checkpoint
 from yoloq.engine.yolov5.environment import Captured
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 ENGINE = "yolov5"
 MUST_MATCH = ("epochs", "imgsz", "batch", "seed")

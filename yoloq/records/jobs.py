@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
            "live_segments", "parent_run", "segments_of", "trainings_per_epoch"]
@@ -100,7 +100,7 @@ def _runs_filtered(client, deployment: str, flt):
 
 def find_job(client, job_id: str) -> JobRecord:
     """The job with this id, or a one-line error pointing at `yoloq status`."""
-    from yoloq.errors import UserError
+    from yoloq.base.errors import UserError
 
     jobs = list_jobs(client, job_id)
     if not jobs:
@@ -139,7 +139,7 @@ def epoch_trainings(job_id: str, store: Any = None) -> list[EpochRecord]:
     node, start, end), oldest first, read from its newest checkpoint metadata in the store
     (default: this process's configured store). An epoch trained twice has two records;
     count them with `trainings_per_epoch`."""
-    from yoloq import settings
+    from yoloq.base import settings
 
     store = store or settings.checkpoint_store()
     latest = store.latest(job_id)

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()
 

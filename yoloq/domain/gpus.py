@@ -104,7 +104,7 @@ def lookup(name: str) -> GpuType:
         return CATALOG[_INDEX[key]]
     if key in _AMBIGUOUS_INDEX:
         raise UnknownGpu(name, f"{name!r} is ambiguous: write {' or '.join(_AMBIGUOUS_INDEX[key])}")
-    raise UnknownGpu(name, f"use one of: {', '.join(CATALOG)} (or an alias listed in yoloq/gpus.py)")
+    raise UnknownGpu(name, f"use one of: {', '.join(CATALOG)} (or an alias listed in yoloq/domain/gpus.py)")
 
 
 def device_speed(name: str) -> float:
@@ -118,5 +118,5 @@ def device_speed(name: str) -> float:
         if name not in _warned:
             _warned.add(name)
             _log.warning("GPU %r is not in yoloq's catalog: charged at the default speed %.1f (a V100's); "
-                         "add it to yoloq/gpus.py ALIASES", name, DEFAULT_UNKNOWN_SPEED)
+                         "add it to yoloq/domain/gpus.py ALIASES", name, DEFAULT_UNKNOWN_SPEED)
         return DEFAULT_UNKNOWN_SPEED

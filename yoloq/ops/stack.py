@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from yoloq import offline
-from yoloq.errors import UserError
-from yoloq.paths import PROJECT_DIR, StatePaths, state_paths
+from yoloq.base import offline
+from yoloq.base.errors import UserError
+from yoloq.base.paths import PROJECT_DIR, StatePaths, state_paths
 
 SERVICES = ("server", "runner", "worker", "api")
 STOP_GRACE_S = 8.0
@@ -102,12 +102,12 @@ def up(port: int | None = None, echo=print) -> Stack:
     env = stack_env(stack)
     fresh = not _running(stack, "server")
     if fresh:
-        _start(stack, "server", [sys.executable, "-m", "yoloq.server", "--host", "127.0.0.1",
+        _start(stack, "server", [sys.executable, "-m", "yoloq.ops.server", "--host", "127.0.0.1",
                                  "--port", str(stack.port)], env)
     _wait_healthy(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))  # a loaded host: more
     echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
     use_stack(stack)
-    from yoloq.deploy import ensure_pools_and_deployments, recover_interrupted
+    from yoloq.ops.deploy import ensure_pools_and_deployments, recover_interrupted
 
     with api_settings(stack):
         ensure_pools_and_deployments(env, echo)

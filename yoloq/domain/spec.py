@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from yoloq.errors import SpecError
-from yoloq.tiers import TIER_NAMES, Tier
+from yoloq.base.errors import SpecError
+from yoloq.domain.tiers import TIER_NAMES, Tier
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 MAX_BATCH = 4096  # the spec's upper limit for `batch` (estimates never report more)

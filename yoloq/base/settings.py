@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from yoloq.paths import state_paths
+from yoloq.base.paths import state_paths
 
 CHECKPOINT_BLOCK = "yoloq-checkpoints"
 MLFLOW_BLOCK = "yoloq-mlflow"

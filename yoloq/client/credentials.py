@@ -10,7 +10,7 @@ from pathlib import Path
 
 import tomllib
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 SERVER_ENV = "YOLOQ_SERVER"
 TOKEN_ENV = "YOLOQ_TOKEN"

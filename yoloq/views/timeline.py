@@ -8,7 +8,7 @@ from typing import Any
 
 
 def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
-    from yoloq.jobs import list_jobs
+    from yoloq.records.jobs import list_jobs
 
     jobs = list_jobs(client, job_id)
     if not jobs:
@@ -65,7 +65,7 @@ def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
 
 def ledger_rows(job_id: str, segment_names: dict[str, str]) -> list[dict[str, Any]]:
     """`trained` rows from the epoch ledger in the job's checkpoint metadata."""
-    from yoloq.jobs import epoch_trainings
+    from yoloq.records.jobs import epoch_trainings
 
     try:
         records = epoch_trainings(job_id)

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import MutableMapping
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 CLIENT_ENV = "PREFECT_API_AUTH_STRING"
 SERVER_ENV = "PREFECT_SERVER_API_AUTH_STRING"

@@ -35,8 +35,8 @@ from typing import Any
 
 import yaml
 
-from yoloq.errors import SpecError, UserError
-from yoloq.spec import (
+from yoloq.base.errors import SpecError, UserError
+from yoloq.domain.spec import (
     JobSpec,
     _parse,
     _stat_problem,

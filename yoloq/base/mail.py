@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 ENV = "YOLOQ_SMTP_URL"
 _PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 from flows.recovery import process_gone, recover_interrupted  # noqa: F401 (used by `yoloq up`)
-from yoloq.paths import PROJECT_DIR, state_paths
-from yoloq.settings import GPU_POOL, JOBS_POOL
-from yoloq.tiers import Tier
+from yoloq.base.paths import PROJECT_DIR, state_paths
+from yoloq.base.settings import GPU_POOL, JOBS_POOL
+from yoloq.domain.tiers import Tier
 
 
 def ensure_pools_and_deployments(env: dict[str, str], echo=print) -> None:
@@ -72,7 +72,7 @@ def _deploy(env: dict[str, str], echo) -> None:
     result = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
                             cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
-        from yoloq.errors import UserError
+        from yoloq.base.errors import UserError
 
         tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
         raise UserError("prefect.yaml", "deployment failed: " + " | ".join(tail),
@@ -84,7 +84,7 @@ def _deployments_exist() -> bool:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    from yoloq.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+    from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 
     with get_client(sync_client=True) as client:
         try:

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 from typing_extensions import Self
 
-from yoloq.credentials import Server
-from yoloq.errors import UserError, one_line
+from yoloq.client.credentials import Server
+from yoloq.base.errors import UserError, one_line
 
 TIMEOUT_S = 120.0  # a busy server (first MLflow use, a loaded host) can take tens of seconds
 CONNECT_TIMEOUT_S = 10.0
@@ -95,7 +95,7 @@ def _field_error(item: Any) -> str:
 
 def remote() -> Remote | None:
     """A client for the configured server, or None when the commands should stay local."""
-    from yoloq.credentials import configured_server
+    from yoloq.client.credentials import configured_server
 
     server = configured_server()
     return Remote(server) if server is not None else None

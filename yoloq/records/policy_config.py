@@ -7,7 +7,7 @@ one way: this module reads `blocks.policy`, never the reverse.
 
 from __future__ import annotations
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 
 def check_submit_allowed(spec) -> None:

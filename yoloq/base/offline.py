@@ -10,7 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
-from yoloq.paths import StatePaths, state_paths
+from yoloq.base.paths import StatePaths, state_paths
 
 PREFECT_PORT_DEFAULT = 4210
 

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from yoloq import offline
-from yoloq.model_results import EvalResult, evaluation_split
-from yoloq.paths import state_paths
+from yoloq.base import offline
+from yoloq.engine.model_results import EvalResult, evaluation_split
+from yoloq.base.paths import state_paths
 
 _ULTRALYTICS_INTEGRATIONS = ("sync", "mlflow", "clearml", "comet", "dvc", "hub", "neptune",
                              "raytune", "tensorboard", "wandb")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from yoloq.tiers import Tier
+from yoloq.domain.tiers import Tier
 
 
 def queue_rows(client: Any) -> list[dict[str, Any]]:
     from work_pools.segments import segment_view
-    from yoloq.jobs import active_segments
+    from yoloq.records.jobs import active_segments
 
     board = _board(client)
     views = [(segment_view(r), r) for r in active_segments(client)]

@@ -66,7 +66,7 @@ def emit_quota_breach(breach: QuotaBreach, now: float) -> bool:
     """Emit one `yoloq.team.quota_exceeded` event; False when events cannot be sent."""
     from prefect.events import emit_event
 
-    from yoloq.events import actor
+    from yoloq.records.events import actor
 
     start = datetime.datetime.fromtimestamp(period_start(now, breach.period), datetime.timezone.utc)
     event = emit_event(event=QUOTA_EVENT, resource=team_resource(breach.team), payload={
@@ -99,7 +99,7 @@ def mail_quota_breaches(breaches: Iterable[QuotaBreach], store: Any, now: float,
                         teams: Any = None) -> list[QuotaBreach]:
     """Mail each breach not yet mailed to its team's owner; returns those mailed. Nothing
     happens without `YOLOQ_SMTP_URL`; a team without an owner address is logged once."""
-    from yoloq.mail import smtp_config
+    from yoloq.base.mail import smtp_config
 
     config = smtp_config()
     breaches = list(breaches)
@@ -124,8 +124,8 @@ def mail_quota_breaches(breaches: Iterable[QuotaBreach], store: Any, now: float,
 
 def _mail_one(config: Any, breach: QuotaBreach, now: float, teams: Any) -> bool | None:
     """True when mailed, False when the team has no owner (logged), None when sending failed."""
-    from yoloq.mail import MailError, send_mail
-    from yoloq.teams import owner_of
+    from yoloq.base.mail import MailError, send_mail
+    from yoloq.records.teams import owner_of
 
     owner = owner_of(breach.team, teams)
     if not owner:
@@ -200,7 +200,7 @@ def notification_block_id(target: str) -> UUID:
         return save_webhook_block(target)
     from prefect.blocks.core import Block
 
-    from yoloq.errors import UserError
+    from yoloq.base.errors import UserError
 
     name = target if "/" in target else f"custom-webhook/{target}"
     try:

@@ -1,7 +1,7 @@
 """An MLflow tracking server for the cluster profile: runs in SQLite (or any database URI),
 artifacts in S3 through the server (`--artifacts-destination`), offline settings applied.
 
-    python -m yoloq.mlflow_server --port 15000 --backend-store-uri sqlite:///mlflow.db \\
+    python -m yoloq.ops.mlflow_server --port 15000 --backend-store-uri sqlite:///mlflow.db \\
         --artifacts-destination s3://yoloq/mlflow
 
 S3 endpoint and credentials come from the environment (`profiles/cluster/services.sh env`).

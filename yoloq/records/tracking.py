@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from yoloq import offline
+from yoloq.base import offline
 
 offline.apply()  # MLflow reads its telemetry switch at import time
 
@@ -35,7 +35,7 @@ from mlflow.utils.validation import (  # noqa: E402
     MAX_TAG_VAL_LENGTH,
 )
 
-from yoloq.paths import state_paths  # noqa: E402
+from yoloq.base.paths import state_paths  # noqa: E402
 
 TAG_JOB_ID = "yoloq.job_id"
 TAG_TEAM = "yoloq.team"

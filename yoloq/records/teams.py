@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from yoloq.errors import UserError
+from yoloq.base.errors import UserError
 
 STORE_NAME = "teams.json"
 TOKEN_PREFIX = "yq"
@@ -65,7 +65,7 @@ class TeamEntry:
 
 
 def store_path(root: Path | None = None) -> Path:
-    from yoloq.paths import state_paths
+    from yoloq.base.paths import state_paths
 
     return (root or state_paths().root) / STORE_NAME
 
@@ -89,7 +89,7 @@ def token_id_of(token: str) -> str | None:
 
 
 def check_team_name(name: str) -> str:
-    from yoloq.spec import _NAME_PATTERN
+    from yoloq.domain.spec import _NAME_PATTERN
 
     if not _NAME_PATTERN.match(name or ""):
         raise UserError("team", f"{name!r} is not a team name",
@@ -164,7 +164,7 @@ class TeamStore:
             self._write(teams)
 
     def _write(self, teams: dict[str, TeamEntry]) -> None:
-        from yoloq.atomic import write_atomically
+        from yoloq.base.atomic import write_atomically
 
         data = {"teams": {name: asdict(entry) for name, entry in sorted(teams.items())}}
         write_atomically(self.path, lambda out: out.write(json.dumps(data, indent=2).encode()),

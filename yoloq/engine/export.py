@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from yoloq.errors import UserError
-from yoloq.evaluate import is_yolov5_weights, load_yolo, metrics_of
-from yoloq.model_results import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
-from yoloq.spec import EXPORT_FORMATS
+from yoloq.base.errors import UserError
+from yoloq.engine.evaluate import is_yolov5_weights, load_yolo, metrics_of
+from yoloq.engine.model_results import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
+from yoloq.domain.spec import EXPORT_FORMATS
 
 DEFAULT_FORMATS = ("torchscript",)
 

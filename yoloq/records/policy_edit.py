@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from yoloq.errors import UserError
-from yoloq.tiers import Tier
+from yoloq.base.errors import UserError
+from yoloq.domain.tiers import Tier
 
 _LOCK = threading.Lock()
 
@@ -94,7 +94,7 @@ def emit_team_event(kind: str, team: str, reason: str, **payload: Any) -> None:
     """A `yoloq.team.<kind>` audit event naming the acting caller."""
     from prefect.events import emit_event
 
-    from yoloq.events import actor
+    from yoloq.records.events import actor
 
     emit_event(event=f"yoloq.team.{kind}",
                resource={"prefect.resource.id": f"yoloq.team.{team}", "prefect.resource.name": team,

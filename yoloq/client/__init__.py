@@ -1,0 +1,1 @@
+"""Reaching a remote yoloq server: the REST client and the saved credentials."""
