@@ -9,6 +9,7 @@ import stat
 import pytest
 
 from yoloq import cli
+from yoloq.records import teams
 from yoloq.records.teams import Caller, TeamStore, store_path
 
 
@@ -81,3 +82,47 @@ def test_a_team_is_added_once(home, capsys):
     assert cli.main(["team", "add", "vision"]) == 0
     assert cli.main(["team", "add", "vision"]) == 2
     assert "error: team: 'vision' already exists" in capsys.readouterr().err
+
+
+def test_a_repeated_wrong_secret_is_refused_from_the_cache_until_the_store_changes(home):
+    store = TeamStore(store_path(home))
+    good = store.add("vision")
+    wrong = good[:-4] + ("aaaa" if not good.endswith("aaaa") else "bbbb")  # valid id, wrong secret
+    assert store.caller(wrong) is None and store.verifications == 1
+    for _ in range(5):
+        assert store.caller(wrong) is None
+    assert store.verifications == 1  # refused from the cache: no argon2 verification per try
+    assert all(wrong not in key for key in store._refused)  # keyed by a digest, not the token
+    store.add("audio")  # any change of teams.json drops the cache
+    assert store.caller(wrong) is None and store.verifications == 2
+    assert store.caller(good) is not None and store.verifications == 3
+
+
+def test_a_cached_refusal_is_dropped_when_the_store_changes_and_expires(home):
+    """A token refused while its entry held another hash is valid once the file is fixed,
+    at once; a refusal also expires after REFUSED_TTL_S (an injected clock, no waiting)."""
+    now = [1000.0]
+    store = TeamStore(store_path(home), clock=lambda: now[0])
+    token = store.add("vision")
+    right = store.get("vision").token_hash
+    store._edit(lambda t: setattr(t["vision"], "token_hash", teams._hasher().hash("other")))
+    assert store.caller(token) is None and store.caller(token) is None
+    assert store.verifications == 1
+    store._edit(lambda t: setattr(t["vision"], "token_hash", right))
+    assert store.caller(token) == Caller("vision", "default", False)  # not the cached refusal
+    assert store.verifications == 2
+    wrong = token + "x"
+    assert store.caller(wrong) is None and store.caller(wrong) is None
+    assert store.verifications == 3
+    now[0] += teams.REFUSED_TTL_S + 1  # past its lifetime: verified again
+    assert store.caller(wrong) is None and store.verifications == 4
+
+
+def test_the_refusal_cache_is_bounded(home, monkeypatch):
+    monkeypatch.setattr(teams, "REFUSED_MAX", 3)
+    store = TeamStore(store_path(home))
+    token = store.add("vision")
+    for i in range(5):
+        assert store.caller(f"{token}{i}") is None
+    assert len(store._refused) == 3
+    assert store.caller(f"{token}0") is None and store.verifications == 6  # the oldest was forgotten

@@ -7,6 +7,9 @@ quotas are not kept here but in the `yoloq-policy` block, which the scheduler al
 
 A token is `yq_<id>_<secret>`: the id (not secret) finds the entry, the secret is checked
 against its argon2 hash. The plain token is returned once, when it is made, and never stored.
+Checks are cached by a SHA-256 of the presented token (never the token itself): a valid one
+until teams.json changes, a refused one also for at most `REFUSED_TTL_S` (at most
+`REFUSED_MAX` kept), so a repeated wrong secret costs one argon2 verification, not one per try.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -29,6 +33,8 @@ from yoloq.base.errors import UserError
 STORE_NAME = "teams.json"
 TOKEN_PREFIX = "yq"
 FILE_MODE = 0o600
+REFUSED_TTL_S = 60.0  # a refused token is checked again after this long
+REFUSED_MAX = 4096  # refused tokens remembered at most (the oldest is forgotten first)
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,12 @@ def check_team_name(name: str) -> str:
 class TeamStore:
     """Read, change and check the team file. Every change is read-modify-write under a lock."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path or store_path()
+        self.clock = clock
+        self.verifications = 0  # argon2 verifications done (the cost the caches save)
         self._cache: dict[str, Caller] = {}
+        self._refused: OrderedDict[str, float] = OrderedDict()  # token digest -> expires at
         self._cache_stamp: tuple[int, int] | None = None
         self._cache_lock = threading.Lock()
 
@@ -183,23 +192,40 @@ class TeamStore:
     # checking
     def caller(self, token: str | None) -> Caller | None:
         """The caller a token belongs to, or None (no such token, or one rotated away)."""
-        if not token:
-            return None
-        token_id = token_id_of(token)
-        if token_id is None:
+        token_id = token_id_of(token) if token else None
+        if token is None or token_id is None:
             return None
         key = hashlib.sha256(token.encode()).hexdigest()
-        stamp = self._stamp()
+        hit, found = self._cached(key)
+        if hit:
+            return found
+        found = self._verify(token, token_id)
+        self._remember(key, found)
+        return found
+
+    def _cached(self, key: str) -> tuple[bool, Caller | None]:
+        """(known, caller) from the caches, both dropped when the file changed."""
+        stamp, now = self._stamp(), self.clock()
         with self._cache_lock:
             if stamp != self._cache_stamp:
                 self._cache, self._cache_stamp = {}, stamp
+                self._refused.clear()
             if key in self._cache:
-                return self._cache[key]
-        found = self._verify(token, token_id)
-        if found is not None:
-            with self._cache_lock:
+                return True, self._cache[key]
+            expires = self._refused.get(key)
+            if expires is not None and expires > now:
+                return True, None
+            self._refused.pop(key, None)
+            return False, None
+
+    def _remember(self, key: str, found: Caller | None) -> None:
+        with self._cache_lock:
+            if found is not None:
                 self._cache[key] = found
-        return found
+                return
+            self._refused[key] = self.clock() + REFUSED_TTL_S
+            while len(self._refused) > REFUSED_MAX:
+                self._refused.popitem(last=False)
 
     def _verify(self, token: str, token_id: str) -> Caller | None:
         from argon2.exceptions import InvalidHashError, VerificationError
@@ -207,6 +233,7 @@ class TeamStore:
         entry = next((e for e in self.teams().values() if e.token_id == token_id), None)
         if entry is None:
             return None
+        self.verifications += 1
         try:
             _hasher().verify(entry.token_hash, token)
         except (VerificationError, InvalidHashError):
