@@ -7,7 +7,9 @@ and tier and the audit log gains no event for it.
 
 from __future__ import annotations
 
+import time
 import uuid
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -125,6 +127,61 @@ def test_submit_answers_with_id_analysis_and_position(vision_job, tokens, api, y
     submitted = wait_for(lambda: [e for e in job_events(yoloq_stack, vision_job["job_id"])
                                   if e["event"] == "yoloq.job.submitted"], "the submitted event", 60)
     assert submitted[0]["actor"] == f"{team}/default"  # the token's team and label, not the OS user
+
+
+def _announce_paused_node() -> None:
+    """The worker is paused (nothing trains), so its heartbeat stops: publish its node record
+    again as it stands, with a fresh heartbeat, so a submit sees the pool's live GPU."""
+    from prefect.client.orchestration import get_client
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from work_pools.nodes import publish, read_nodes
+
+    async def announce() -> None:
+        async with get_client() as client:
+            for node in await read_nodes(client):
+                await publish(client, replace(node, heartbeat_at=time.time()))
+
+    run_coro_as_sync(announce())
+
+
+def _segment_of(job_id: str):
+    from prefect.client.orchestration import get_client
+
+    from yoloq.records.jobs import segments_of
+
+    with get_client(sync_client=True) as client:
+        return segments_of(client, job_id)
+
+
+def test_submit_answers_with_a_provisional_eta_and_a_later_job_starts_no_earlier(tokens, api,
+                                                                                tiny_dataset,
+                                                                                yoloq_stack):
+    team = f"eta-{uuid.uuid4().hex[:6]}"  # its own team: the other tests count vision's and audio's jobs
+    token = TeamStore(store_path(yoloq_stack.paths.root)).add(team)
+    answers = []
+    try:
+        for name in ("eta-first", "eta-second"):
+            _announce_paused_node()
+            submitted_at = time.time()
+            resp = api.post("/v1/jobs", json=job_spec(tiny_dataset, team, name), headers=bearer(token))
+            assert resp.status_code == 201, resp.text
+            answers.append(body := resp.json())
+            eta = body["eta"]
+            assert isinstance(body["position"], int) and body["position"] >= 1
+            assert eta is not None, body["eta_note"]
+            assert eta["provisional"] is True and eta["basis"] == "forward run"
+            assert eta["median_s"] >= submitted_at
+            assert eta["low_s"] <= eta["median_s"] <= eta["high_s"]
+            wait_for(lambda: _segment_of(body["job_id"]), f"{name}'s first segment", 120)
+        first, second = (a["eta"] for a in answers)
+        assert second["median_s"] >= first["median_s"]  # queued behind the first (same team and tier)
+        _, other = tokens["vision"]  # every team's jobs are listed; acting on them is refused
+        listed = {j["job_id"] for j in api.get("/v1/jobs", headers=bearer(other)).json()}
+        assert {a["job_id"] for a in answers} <= listed
+    finally:
+        for body in answers:
+            api.delete(f"/v1/jobs/{body['job_id']}", headers=bearer(token))
 
 
 def test_show_has_state_epochs_segments_history_and_mlflow(vision_job, tokens, api):

@@ -1,10 +1,17 @@
 """`/metrics` scraped by a real Prometheus server (Debian's package, started here on loopback
-with a generated config, 1 s scrape interval): while one job holds the session stack's only
+with a generated config, 2 s scrape interval): while one job holds the session stack's only
 slot (frozen inside its epoch) and a second waits, PromQL over Prometheus's HTTP API returns
-a queue length of one and one busy slot out of one."""
+a queue length of one and one busy slot out of one.
+
+The scrape timeout is the interval (2 s), not 1 s: a scrape of the loaded 2-core CI host took
+0.6-1.0 s on an idle stack, and every one over the timeout is dropped (`up` 0, no samples), which
+is how this test once waited 300 s for a value Prometheus never stored. The CLI runs in this
+process (no interpreter start per call), and the test first waits for the session stack's queue
+to be idle, so another test file's jobs cannot be counted."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import socket
@@ -12,10 +19,13 @@ import subprocess
 import urllib.parse
 import urllib.request
 import uuid
+from contextlib import redirect_stderr, redirect_stdout
 from urllib.parse import urlsplit
 
 import pytest
-from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec, yoloq
+from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
+
+from yoloq import cli
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
@@ -34,8 +44,8 @@ def prometheus(yoloq_stack, tmp_path):
     target = urlsplit(yoloq_stack.rest_url).netloc
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
+  scrape_interval: 2s
+  scrape_timeout: 2s
 scrape_configs:
   - job_name: yoloq
     metrics_path: /metrics
@@ -78,10 +88,27 @@ def _value(url: str, promql: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def yoloq(*args: str) -> subprocess.CompletedProcess:
+    """`yoloq ARGS` run in this process, as `stack_helpers.yoloq` runs it in a new one."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 def _submit(spec) -> str:
     out = yoloq("submit", str(spec), "--json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["job_id"]
+
+
+def _queue() -> list[dict]:
+    from prefect.client.orchestration import get_client
+
+    from yoloq.views.queueview import queue_rows
+
+    with get_client(sync_client=True) as client:
+        return queue_rows(client)
 
 
 def _training(job_id: str):
@@ -96,23 +123,27 @@ def _training(job_id: str):
 
 
 def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus, tiny_dataset, tmp_path):
+    wait_for(lambda: not _queue(), "an idle queue (no other test file's segments)", 300)
     tag = uuid.uuid4().hex[:4]
     first = _submit(write_spec(tmp_path / "a.yaml", tiny_dataset, name=f"prom-a-{tag}", epochs=1))
     pid = freeze(wait_for(lambda: _training(first), f"{first} training", timeout_s=600))
     second = None
     try:
         second = _submit(write_spec(tmp_path / "b.yaml", tiny_dataset, name=f"prom-b-{tag}", epochs=1))
+        wait_for(lambda: [r for r in _queue() if r["job"] == second and r["state"] == "waiting"],
+                 f"{second}'s segment to wait", timeout_s=300)
         wait_for(lambda: _value(prometheus, 'yoloq_queue_length{tier="normal"}') == 1,
-                 "Prometheus to see one waiting segment", timeout_s=300)
+                 "Prometheus to see one waiting segment", timeout_s=60)
         assert _value(prometheus, "sum(yoloq_queue_length)") == 1
         assert _value(prometheus, "sum(yoloq_gpu_slots)") == 1  # the stack declares one slot
         assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
         assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
         assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
         assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
+        assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
     finally:
         thaw(pid)
         for job in filter(None, (first, second)):
             yoloq("cancel", job, "--reason", "metrics test done")
         for job in filter(None, (first, second)):
-            wait_final(job, timeout_s=600)
+            wait_final(job, timeout_s=600, cli=yoloq)

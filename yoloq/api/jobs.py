@@ -7,6 +7,7 @@ a tier above the team's cap, whatever the client checked. Every event names the 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from yoloq.records.teams import Caller
 from yoloq.domain.tiers import TIER_NAMES
 
 router = APIRouter(tags=["jobs"])
+_LOG = logging.getLogger("yoloq.api.jobs")
 _SUBMIT_LOCK = threading.Lock()  # an idempotency key is checked and used in one step
 IDEMPOTENCY_TAG = "idem:"
 
@@ -158,22 +160,33 @@ def _refuse_repeat(tag: str, key: str) -> None:
 
 
 def _placement(job) -> dict[str, Any]:
-    """Where the new job enters the queue: behind every waiting segment of its tier or more
-    urgent ones (the scheduler's board gives its ETA once it has planned it)."""
+    """Where the new job enters the queue and when it should start: the board's forward run
+    over the pool as it stands (`yoloq.api.eta`), provisional until the board plans the job."""
+    from yoloq.api.eta import provisional_eta
     from yoloq.commands._client import stack_client
     from yoloq.views.queueview import queue_rows
 
     with stack_client() as client:
         rows = queue_rows(client)
-    return entry_position(rows, job.spec.tier.label)
+    placed = entry_position(rows, job.spec.tier.label)
+    try:
+        estimate = provisional_eta(job.spec, job.analysis.to_dict(), job.result["job_id"])
+    except Exception as exc:  # noqa: BLE001 -- the job exists: answer 201, say why there is no ETA
+        _LOG.error("provisional ETA for %s failed: %s: %s", job.result["job_id"], exc.__class__.__name__, exc)
+        return {**placed, "eta_note": f"no estimate: {exc.__class__.__name__}: {str(exc)[:200]}"}
+    if estimate is not None:
+        placed.update(estimate, eta_note=estimate["eta"]["note"])
+    return placed
 
 
 def entry_position(rows: list[dict[str, Any]], tier: str) -> dict[str, Any]:
-    """Position (1 = next) and ETA of a job entering a queue of `rows` at `tier`."""
+    """Position (1 = next) of a job entering a queue of `rows` at `tier`; no ETA (the answer
+    when the pool has no live GPU the job fits)."""
     order = {name: i for i, name in enumerate(TIER_NAMES)}
     ahead = [r for r in rows if r["state"] == "waiting" and order.get(r["tier"], 9) <= order[tier]]
     return {"position": len(ahead) + 1, "eta": None,
-            "eta_note": "the scheduler's board gives the ETA once it has planned the job: GET /v1/queue"}
+            "eta_note": "no estimate: no live node has a GPU the job fits yet; GET /v1/queue "
+                        "gives the board's ETA once the scheduler has planned the job"}
 
 
 def _find(client, job_id: str):

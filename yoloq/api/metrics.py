@@ -54,16 +54,29 @@ class YoloqCollector:
         now = time.time()
         up = GaugeMetricFamily("yoloq_scrape_source_up", "1 when the source could be read in this "
                                "scrape, 0 when it failed (see the API server's log)", labels=["source"])
+        took = GaugeMetricFamily("yoloq_scrape_source_seconds", "Time the source took in this "
+                                 "scrape (keep the sum below the scrape timeout)", labels=["source"])
         with get_client(sync_client=True) as client:
             scrape = Scrape(client, now)
             for source, reader in _SOURCES:
-                try:
-                    yield from reader(scrape)
-                    up.add_metric([source], 1)
-                except Exception as exc:  # noqa: BLE001 (one source failing must not hide the rest)
-                    _LOG.error("metrics source %s failed: %s: %s", source, exc.__class__.__name__, exc)
-                    up.add_metric([source], 0)
+                started = time.perf_counter()
+                metrics, ok = _read_source(source, reader, scrape)
+                yield from metrics
+                up.add_metric([source], ok)
+                took.add_metric([source], time.perf_counter() - started)
         yield up
+        yield took
+
+
+def _read_source(source: str, reader: Any, scrape: Scrape) -> tuple[list[Metric], int]:
+    """The source's metrics and 1, or what it gave before it failed and 0."""
+    metrics: list[Metric] = []
+    try:
+        metrics.extend(reader(scrape))
+        return metrics, 1
+    except Exception as exc:  # noqa: BLE001 (one source failing must not hide the rest)
+        _LOG.error("metrics source %s failed: %s: %s", source, exc.__class__.__name__, exc)
+        return metrics, 0
 
 
 def _nodes(scrape: Scrape) -> Iterator[Metric]:
@@ -71,7 +84,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     from work_pools.nodes import NODE_VARIABLE_PREFIX, from_value
     from work_pools.pool_scheduler import assignment
 
-    busy = {(node, gpu) for run in _open_segments(client) for node, gpus in [assignment(run) or ("", ())]
+    busy = {(node, gpu) for run in open_pool_runs(client) for node, gpus in [assignment(run) or ("", ())]
             for gpu in gpus}
     slots = GaugeMetricFamily("yoloq_gpu_slots", "GPU slots a live node declares (1 per GPU)",
                               labels=["node", "gpu", "gpu_name"])
@@ -207,7 +220,9 @@ def _job_map(scrape: Scrape) -> Iterator[Metric]:
     yield family
 
 
-def _open_segments(client: Any) -> list[Any]:
+def open_pool_runs(client: Any, scheduled: bool = False) -> list[Any]:
+    """The GPU pool's segment runs that hold (or are starting on) GPUs; with `scheduled`, the
+    waiting ones too (what a scheduler pass reads)."""
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterState,
@@ -215,8 +230,10 @@ def _open_segments(client: Any) -> list[Any]:
     )
     from prefect.client.schemas.objects import StateType
 
+    states = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
+    states += [StateType.SCHEDULED] if scheduled else []
     return _pool_runs(client, FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=[StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]))))
+        any_=states))))
 
 
 def _recent_segments(client: Any, now: float) -> list[Any]:

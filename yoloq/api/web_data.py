@@ -7,6 +7,7 @@ MLflow run. Every function takes a sync Prefect client; none writes anything."""
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,19 +133,28 @@ def usage(client: Any, now: float | None = None) -> list[TeamUsage]:
             for t in teams]
 
 
+_BOOKS: dict[str, Any] = {}  # API URL -> this process's UsageBook (read incrementally)
+_BOOKS_LOCK = threading.Lock()
+
+
 def segment_intervals(now: float) -> list[Any]:
-    """Every segment interval of the pool, through the scheduler's own reader."""
+    """Every segment interval of the pool, through the scheduler's own reader. The book is
+    kept between calls (one per Prefect API), so a scrape reads only runs open or ended since
+    the last one, not eight days of runs."""
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from work_pools.usage import UsageBook
     from yoloq.base.settings import GPU_POOL
 
-    async def read() -> list[Any]:
+    async def read(book: UsageBook) -> list[Any]:
         async with get_client() as async_client:
-            return await UsageBook(GPU_POOL).refresh(async_client, now)
+            return await book.refresh(async_client, now)
 
-    return run_coro_as_sync(read()) or []
+    with _BOOKS_LOCK:  # one refresh at a time: the book is not thread-safe
+        book = _BOOKS.setdefault(str(PREFECT_API_URL.value()), UsageBook(GPU_POOL))
+        return run_coro_as_sync(read(book)) or []
 
 
 def rules() -> dict[str, Any]:
