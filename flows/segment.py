@@ -16,8 +16,10 @@ segment `Crashed` with one line, so its parent queues it again after a backoff.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,33 @@ from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.spec import JobSpec  # noqa: E402
 
 PREEMPTED = "Preempted"
+FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # work_pools.launcher sets it in a warm segment
+
+
+class SetupTimer:
+    """Where a segment's time goes before its first epoch, as one log line: the fixed cost
+    per segment that issue 10 measures (`bench/overhead.py`), step by step."""
+
+    def __init__(self) -> None:
+        self.last = time.time()
+        self.steps: list[tuple[str, float]] = []
+        forked_at = os.environ.get(FORKED_AT_ENV)
+        if forked_at:  # the engine's start in a warm child: fork -> the flow function
+            self.steps.append(("fork -> flow start", max(0.0, self.last - float(forked_at))))
+
+    def mark(self, step: str) -> None:
+        now = time.time()
+        self.steps.append((step, now - self.last))
+        self.last = now
+
+    def line(self) -> str:
+        text = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.steps)
+        launcher = sys.modules.get("work_pools.launcher")
+        if launcher is not None and os.environ.get(FORKED_AT_ENV):
+            late = launcher.imported_after_fork()
+            text += f"; {len(late)} module(s) imported after the fork"
+            text += f" ({', '.join(late[:8])}{' ...' if len(late) > 8 else ''})" if late else ""
+        return text
 
 
 class _Hooks:
@@ -50,9 +79,14 @@ class _Hooks:
         self.job, self.job_id, self.store, self.tracker = job, job_id, store, tracker
         self.run_id, self.preemption, self.ledger, self.logger = run_id, preemption, ledger, logger
         self.unsent: list[tuple[int, dict[str, float]]] = []  # epochs MLflow has not taken yet
+        self.timer: SetupTimer | None = None
 
     def on_epoch_start(self, epoch: int) -> None:
         self.ledger.start(epoch)
+        if self.timer is not None:  # the first epoch of this segment: its setup is over
+            self.timer.mark("trainer setup")
+            self.logger.info("segment setup: %s", self.timer.line())
+            self.timer = None
 
     def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
         self.ledger.end(epoch)
@@ -128,10 +162,11 @@ def checkpoint_finished(path: Path, epoch: int, epochs: int) -> bool:
 def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
                   plan: dict[str, Any] | None = None) -> Any:
     """Train the job up to `stop_after_epoch` epochs in total, resuming from its store."""
+    timer = SetupTimer()
     logger = get_run_logger()
     job = JobSpec.model_validate(spec)
     try:
-        return _segment(job, job_id, stop_after_epoch, plan or {}, logger)
+        return _segment(job, job_id, stop_after_epoch, plan or {}, logger, timer)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -141,41 +176,47 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
 
 def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
-             logger: Any) -> Any:
+             logger: Any, timer: SetupTimer) -> Any:
     from yoloq.records.tracking import JobTracker
 
     duplicate = _other_live_segment(job_id)
     if duplicate:
         return Crashed(message=f"another segment of job {job_id} is running ({duplicate}); "
                                "not training (a job never has two live segments)")
+    timer.mark("duplicate check")
     store = settings.checkpoint_store()
     uri, experiment = settings.mlflow_tracking_uri()
+    timer.mark("blocks")
     tracker = JobTracker(uri, experiment)
     if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
         logger.warning("job %s is already finished and finalised; nothing to do", job_id)
         return {"job_id": job_id, "finished": True, "already_finalised": True}
     run_id = tracker.run_for_job(job_id, tags={"yoloq.team": job.team, "yoloq.tier": job.priority})
     tracker.increment_tag(run_id, "yoloq.segments")
+    timer.mark("MLflow run")
 
     run_key = str(current_run.get_id() or "local")
     workdir = state_paths().scratch / job_id / run_key
     try:
         return _train(job, job_id, stop_after_epoch, plan, workdir, store, tracker, run_id,
-                      run_key, logger)
+                      run_key, logger, timer)
     finally:  # node-local scratch; the store holds the checkpoints, MLflow the artifacts
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
            workdir: Path, store: Any, tracker: Any, run_id: str, run_key: str,
-           logger: Any) -> Any:
+           logger: Any, timer: SetupTimer | None = None) -> Any:
     from yoloq.datasets import resolve_dataset
     from yoloq.engine import SegmentRequest, run_segment
 
+    timer = timer or SetupTimer()
     # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched)
     job = job.model_copy(update={"data": str(resolve_dataset(job.data, logger))})
+    timer.mark("dataset")
     newest = store.latest(job_id)  # newest readable metadata: the ledger so far
     restored = store.restore(job_id, workdir / "restore")
+    timer.mark("checkpoint fetch")
     for warning in (restored.warnings if restored else []):
         logger.warning(warning)
     problem = plan_mismatch(plan, restored)
@@ -196,6 +237,13 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
     preemption = _preemption_context()
     ledger = EpochLedger(job_id, run_key, newest.trainings if newest else ())
     hooks = _Hooks(job, job_id, store, tracker, run_id, preemption, ledger, logger)
+    timer.mark("batch and plan checks")
+    hooks.timer = timer
+    if os.environ.get("PREFECT__FLOW_RUN_ID"):  # a segment process (not a test calling in)
+        # What exists now (the imports, the engine) lives until the process ends: the
+        # collector's permanent generation, so ultralytics' gc.collect() at each epoch end
+        # scans only training's own objects (it took about a second on the imported heap).
+        gc.freeze()
     result = run_segment(SegmentRequest(
         spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
         resume_from=restored.path if restored else None, device=_device(),

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -58,7 +59,16 @@ PRELOAD = ("torch", "numpy", "prefect", "prefect.engine", "prefect.flow_engine",
            "flows.segment", "flows.stages", "yoloq.engine", "yoloq.engine.trainer",
            "yoloq.engine.metrics", "yoloq.engine.checkpoint", "yoloq.records.tracking",
            "yoloq.datasets", "yoloq.analysis.fingerprint", "yoloq.analysis.models",
-           "yoloq.records.jobs", "yoloq.engine.evaluate", "yoloq.engine.export")
+           "yoloq.records.jobs", "yoloq.engine.evaluate", "yoloq.engine.export",
+           # imported lazily by the segment before its first epoch (found by diffing
+           # sys.modules in a forked child; over 1,100 modules, several seconds per segment):
+           # the optimizer's torch._dynamo (sympy, triton, without touching CUDA), the NMS
+           # of torchvision, thop and matplotlib for ultralytics' model summary and fonts,
+           # MLflow's SQL store (SQLAlchemy models, alembic) for a sqlite:// tracking URI
+           "torchvision", "torch._dynamo", "torch.onnx", "torch.utils.serialization", "thop",
+           "matplotlib", "matplotlib.font_manager", "ultralytics.utils.callbacks.platform",
+           "ultralytics.utils.events", "netrc", "yoloq.analysis.train_args",
+           "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.model_registry.sqlalchemy_store")
 # Set by the agent per segment and read only at run time: they may differ from the
 # environment the launcher imported under. Any other difference starts the segment cold.
 # `PREFECT__*` (two underscores) are Prefect's per-run values (run, flow, deployment and
@@ -70,6 +80,7 @@ SEGMENT_PREFIX = "PREFECT__"
 def per_segment(key: str) -> bool:
     return key in SEGMENT_KEYS or key.startswith(SEGMENT_PREFIX)
 MARKER_ENV = "YOLOQ_WARM_LAUNCHER"  # set in every warm segment: the launcher's PID
+FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # and when it was forked (time.time()): its setup timings
 
 
 @dataclass
@@ -81,6 +92,7 @@ class Order:
     stream_output: bool = True
     module: str = ENGINE_MODULE
     argv: list[str] = field(default_factory=list)
+    forked_at: float = 0.0
 
 
 # -- checks ----------------------------------------------------------------------------
@@ -137,7 +149,24 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> float:
     _BLAS_THREADS[0] = len([n for n in native_threads() if n not in FORK_SAFE_THREADS])
     for name in modules:
         importlib.import_module(name)
+    _configure_sql_models()
     return time.monotonic() - started
+
+
+def _configure_sql_models() -> None:
+    """SQLAlchemy configures its model classes (MLflow's store) on first use, per process:
+    seconds of pure Python on a small host. Done here once, before any connection exists."""
+    orm = sys.modules.get("sqlalchemy.orm")
+    if orm is not None:
+        orm.configure_mappers()
+
+
+def imported_after_fork() -> list[str]:
+    """In a warm segment: the modules it imported itself (what the launcher could preload)."""
+    return sorted(set(sys.modules) - _FORK_MODULES[0]) if _FORK_MODULES[0] else []
+
+
+_FORK_MODULES: list[frozenset[str]] = [frozenset()]
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -180,8 +209,14 @@ def _handle(sock: socket.socket, request: dict[str, Any]) -> Order | None:
                   stream_output=request.get("stream_output", True),
                   module=request.get("module") or ENGINE_MODULE, argv=request.get("argv") or [])
     ready_r, ready_w = os.pipe()
+    # Everything the launcher holds (the imported modules) goes to the collector's permanent
+    # generation: a child's collections (ultralytics calls gc.collect() at epoch ends) then scan
+    # only its own objects, instead of the whole inherited heap, which also copied every page
+    # of it (the collector writes to each object's header). Nothing of the launcher's is garbage.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:
+        order.forked_at = time.time()
         os.close(ready_r)
         os.setsid()  # before the agent learns the PID: it kills by process group
         os.close(ready_w)
@@ -235,6 +270,9 @@ def become_segment(order: Order) -> NoReturn:
     for key in removed:
         os.environ.pop(key, None)
     os.environ[MARKER_ENV] = str(launcher_pid)
+    os.environ[FORKED_AT_ENV] = repr(order.forked_at)
+    _FORK_MODULES[0] = frozenset(sys.modules)
+    sys.modules.setdefault("work_pools.launcher", sys.modules[__name__])  # ran as __main__
     _reseed()
     _refresh_prefect()
     sys.argv = [sys.argv[0], *order.argv]
