@@ -10,7 +10,6 @@ parent queues it again after a backoff, a bounded number of times. Anything else
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -56,17 +55,10 @@ def one_line(exc: BaseException) -> str:
 def patiently(fn: Callable[[], T], what: str, logger: Any, limit_s: float | None = None) -> T:
     """Call `fn` until it succeeds, retrying transient errors with backoff for up to `limit_s`
     (default `YOLOQ_PARENT_PATIENCE_S`, else 600 s); then the last error is raised."""
+    from yoloq.base.retry import retry_transient
+
     limit = float(os.environ.get(PATIENCE_ENV) or 600.0) if limit_s is None else limit_s
-    deadline, delay = time.monotonic() + limit, 1.0
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            if not is_transient(exc) or time.monotonic() + delay > deadline:
-                raise
-            logger.warning("%s failed (%s); retrying in %.0f s", what, one_line(exc), delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    return retry_transient(fn, what, is_transient, logger.warning, limit)
 
 
 # -- runs left mid-flight (`yoloq up`) ---------------------------------------------------------

@@ -105,3 +105,77 @@ def test_the_lease_survives_a_server_restart(tmp_path):
             assert _run(_with_client(standby.hold)) is False
     finally:
         os.killpg(server.pid, signal.SIGKILL)
+
+
+class _FlakyClient:
+    """A Prefect client whose lease calls answer 503 `fail` times, then work."""
+
+    def __init__(self, fail: int) -> None:
+        self.fail, self.calls = fail, []
+
+    def _maybe_fail(self, path: str) -> None:
+        import httpx
+
+        if self.fail > 0:
+            self.fail -= 1
+            request = httpx.Request("POST", f"http://server/api{path}")
+            raise httpx.HTTPStatusError("503", request=request,
+                                        response=httpx.Response(503, request=request))
+
+    async def read_global_concurrency_limit_by_name(self, name):
+        return object()
+
+    async def increment_concurrency_slots_with_lease(self, **kwargs):
+        self.calls.append("increment")
+        self._maybe_fail("/v2/concurrency_limits/increment-with-lease")
+
+        class Answer:
+            def json(self):
+                return {"lease_id": "00000000-0000-0000-0000-000000000001"}
+
+        return Answer()
+
+    async def renew_concurrency_lease(self, lease_id, duration):
+        self.calls.append("renew")
+        self._maybe_fail(f"/v2/concurrency_limits/leases/{lease_id}/renew")
+
+    async def read_variable_by_name(self, name):
+        return None
+
+    async def create_variable(self, variable):
+        return variable
+
+    async def update_variable(self, variable):
+        return variable
+
+
+def test_a_transient_503_skips_one_pass_and_backs_off(monkeypatch, caplog):
+    """A 503 on the lease (after the client's own retries) is not an error for the node pass and
+    not a lost lease: not deciding this pass, one warning, asked again after a bounded backoff."""
+    import work_pools.lease as lease_module
+
+    monkeypatch.setattr(lease_module, "_announce", lambda client, lease: asyncio.sleep(0))
+    lease, client = SchedulerLease("lease-flaky", "node-1"), _FlakyClient(fail=1)
+    with caplog.at_level("WARNING", logger="yoloq.scheduler"):
+        assert _run(lease.hold(client)) is False
+    assert "failed transiently" in caplog.text and "HTTP 503" in caplog.text
+    assert _run(lease.hold(client)) is False and client.calls == ["increment"]  # backing off
+    lease._retry_at = 0.0
+    assert _run(lease.hold(client)) is True and lease.lease_id is not None
+    client.fail = 1  # a renewal answered 503: keep the lease, skip this pass, renew next time
+    assert _run(lease.hold(client)) is False and lease.lease_id is not None
+    lease._retry_at = 0.0
+    assert _run(lease.hold(client)) is True
+    assert client.calls == ["increment", "increment", "renew", "renew"]
+    assert lease._failures == 0
+
+
+def test_the_lease_calls_use_few_client_retries():
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    from work_pools.lease import LEASE_CLIENT_RETRIES, _few_client_retries
+
+    before = PREFECT_CLIENT_MAX_RETRIES.value()
+    with _few_client_retries():
+        assert PREFECT_CLIENT_MAX_RETRIES.value() == LEASE_CLIENT_RETRIES
+    assert PREFECT_CLIENT_MAX_RETRIES.value() == before

@@ -223,3 +223,45 @@ def test_a_process_hung_on_the_store_lock_does_not_stall_later_jobs(tmp_path):
         opened = threading.Event()
         threading.Thread(target=lambda: (JobTracker(uri), opened.set()), daemon=True).start()
         assert opened.wait(60), "a second tracker waited on the lock a hung process holds"
+
+
+def test_bookkeeping_retries_a_transient_500_and_logs_it(tracking_uri: str, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """An artifact proxy answering 500 (a busy store behind the tracking server) is retried with
+    backoff and a warning line; a permanent error is raised at once."""
+    import requests
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+
+    import yoloq.records.tracking as tracking
+
+    monkeypatch.setattr("yoloq.base.retry.time.sleep", lambda s: None)
+    tracker = JobTracker(tracking_uri, "yoloq-test")
+    run_id = tracker.run_for_job("job-flaky")
+    upload, calls = tracker.client.log_artifact, []
+
+    def flaky(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= 2:
+            response = requests.Response()
+            response.status_code = 500
+            raise requests.HTTPError("500 Server Error: INTERNAL SERVER ERROR", response=response)
+        return upload(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "log_artifact", flaky)
+    (tmp_path / "results.csv").write_text("epoch\n1\n")
+    with caplog.at_level("WARNING", logger="yoloq.tracking"):
+        tracker.log_artifacts(run_id, [tmp_path / "results.csv"], artifact_path="training")
+    assert len(calls) == 3
+    assert caplog.text.count("retrying in") == 2 and "results.csv" in caplog.text
+    assert [a.path for a in tracker.client.list_artifacts(run_id, "training")] == ["training/results.csv"]
+
+    def missing(*args, **kwargs):
+        raise MlflowException("no such run", error_code=RESOURCE_DOES_NOT_EXIST)
+
+    monkeypatch.setattr(tracker.client, "set_terminated", missing)
+    calls.clear()
+    with pytest.raises(MlflowException, match="no such run"):
+        tracker.finish(run_id)
+    assert not tracking.is_transient(MlflowException("x", error_code=RESOURCE_DOES_NOT_EXIST))

@@ -28,6 +28,9 @@ from work_pools.prefect_vars import upsert_variable
 _LOG = logging.getLogger("yoloq.scheduler")
 DEFAULT_LEASE_S = 60.0  # the smallest lease Prefect 3.9 accepts
 LEADER_VARIABLE = "yoloq-scheduler"
+MAX_BACKOFF_S = 8.0  # after transient failures: well inside the lease, so a holder renews in time
+LEASE_CLIENT_RETRIES = 1  # Prefect's client would retry a 503 five times (2+4+...+32 s): the
+# whole node pass (heartbeat, starting assigned runs) would wait a minute on the lease
 
 
 def limit_name(pool: str) -> str:
@@ -49,13 +52,43 @@ class SchedulerLease:
     lease_id: UUID | None = None
     held_since: float | None = None
     _limit_ready: bool = False
+    _failures: int = 0
+    _retry_at: float = 0.0  # monotonic: no lease call before this after a transient failure
 
     async def hold(self, client: Any) -> bool:
-        """True when this process holds the lease now (renewed, or newly taken)."""
+        """True when this process holds the lease now (renewed, or newly taken).
+
+        A transient answer from the server (5xx after Prefect's own retries, a dropped
+        connection) is not a lost lease and not an error for the caller: this pass does not
+        decide, one warning is logged, and the lease is asked again after a bounded backoff
+        (1, 2, 4 ... `MAX_BACKOFF_S` s). A holder keeps its lease id and renews it next time;
+        only 404/410 from a renewal (revoked) drop it. The node's own work (heartbeat,
+        starting what was assigned to it) goes on meanwhile."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        try:
+            with _few_client_retries():
+                held = await self._hold(client)
+        except Exception as exc:
+            if not _transient(exc):
+                raise
+            self._failures += 1
+            wait = min(MAX_BACKOFF_S, 2.0 ** (self._failures - 1))
+            self._retry_at = time.monotonic() + wait
+            _LOG.warning("scheduler lease %s on %s failed transiently (%s); not deciding this "
+                         "pass, asking again in %.0f s", "renewal" if self.lease_id else "request",
+                         limit_name(self.pool), _short(exc), wait)
+            return False
+        self._failures, self._retry_at = 0, 0.0
+        return held
+
+    async def _hold(self, client: Any) -> bool:
         if self.lease_id is not None:
             if await self._renew(client):
                 return True
             self.lease_id, self.held_since = None, None  # lost: stop deciding at once
+            _LOG.warning("scheduler lease on %s was revoked; no longer deciding", limit_name(self.pool))
         return await self._acquire(client)
 
     async def release(self, client: Any) -> None:
@@ -110,6 +143,44 @@ class SchedulerLease:
             except ObjectAlreadyExists:
                 pass
         self._limit_ready = True
+
+
+def _transient(exc: Exception) -> bool:
+    """A server or connection failure worth asking again (5xx, 429, timeouts, resets)."""
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        code = exc.response.status_code
+        return code >= 500 or code == 429
+    return isinstance(exc, (httpx.TransportError, OSError))
+
+
+def _short(exc: Exception) -> str:
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code} from {exc.request.url.path}"
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+
+
+_FEW_RETRIES: dict[int, tuple[Any, Any]] = {}
+
+
+def _few_client_retries() -> Any:
+    """Prefect's client retries, cut to `LEASE_CLIENT_RETRIES` for the lease calls only
+    (settings are per context). The derived settings are built once per settings object:
+    building them costs about 0.2 s of CPU, too much for every pass of every node."""
+    import prefect.context
+    from prefect.settings import PREFECT_CLIENT_MAX_RETRIES
+
+    context = prefect.context.get_settings_context()
+    cached = _FEW_RETRIES.get(id(context.settings))
+    if cached is None or cached[0] is not context.settings:
+        cached = (context.settings, context.settings.copy_with_update(
+            updates={PREFECT_CLIENT_MAX_RETRIES: LEASE_CLIENT_RETRIES}))
+        _FEW_RETRIES.clear()
+        _FEW_RETRIES[id(context.settings)] = cached
+    return prefect.context.SettingsContext(profile=context.profile, settings=cached[1])
 
 
 async def _announce(client: Any, lease: SchedulerLease) -> None:

@@ -96,19 +96,24 @@ class PoolScheduler:
         self.pool = pool
         self.usage = UsageBook(pool)
         self.notified: dict[str, float] = {}
-        self.timings: deque[tuple[float, float, int, int]] = deque(maxlen=2000)  # (pass s, decide s, admits, preempts)
+        # (pass s, decide s, admits, preempts, when the pass ended)
+        self.timings: deque[tuple[float, float, int, int, float]] = deque(maxlen=2000)
 
     def stats(self) -> dict[str, Any]:
-        """Pass and decide time percentiles over the recent passes (published by the leader)."""
+        """Pass and decide time percentiles over the recent passes (published by the leader),
+        and how many decision passes a second the leader made over them."""
         if not self.timings:
             return {"passes": 0}
         passes = sorted(t[0] for t in self.timings)
         decides = sorted(t[1] for t in self.timings)
         pick = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
+        window = self.timings[-1][4] - self.timings[0][4]
         return {"passes": len(self.timings), "pass_ms_p50": round(1000 * pick(passes, 0.5), 2),
                 "pass_ms_p95": round(1000 * pick(passes, 0.95), 2),
                 "decide_ms_p50": round(1000 * pick(decides, 0.5), 3),
                 "decide_ms_p95": round(1000 * pick(decides, 0.95), 3),
+                "window_s": round(window, 1),
+                "passes_per_s": round((len(self.timings) - 1) / window, 3) if window > 0 else None,
                 "admitted": sum(t[2] for t in self.timings),
                 "preempted": sum(t[3] for t in self.timings)}
 
@@ -124,7 +129,7 @@ class PoolScheduler:
         result.drained = await _drain(client, open_runs, live_names, nodes, now)
         pool_gpus = PoolGpus.of(live)
         occupying, pending = _split(open_runs + exiting, live_names, result.drained, now)
-        intervals = await self.usage.refresh(client, now)
+        intervals = await self.usage.refresh(client, now, open_runs)
         views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
         reserved = {r.id: _global(pool_gpus, assignment(r)) for r in occupying}
         started_at = {r.id: _started_at(r, now) for r in occupying}
@@ -143,7 +148,7 @@ class PoolScheduler:
         await _apply_preemptions(client, decision, views, now)
         await _apply_throttles(client, decision, pool_gpus, now)
         self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
-                             len(decision.preempt)))
+                             len(decision.preempt), time.time()))
         return result
 
 

@@ -32,6 +32,7 @@ BATCH_LABEL = "yoloq.batch"
 RETAIN_S = 8 * 86400.0  # longer than the longest quota period (a week)
 _PAGE = 200
 _OVERLAP_S = 120.0  # re-read runs that ended shortly before the last refresh (clock skew)
+_OPEN_STATES = ("RUNNING", "PENDING", "CANCELLING")  # started and not ended (see _open_filter)
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,21 @@ class UsageBook:
     def intervals(self) -> list[SegmentInterval]:
         return [*self.closed.values(), *self.open.values()]
 
-    async def refresh(self, client: Any, now: float) -> list[SegmentInterval]:
+    async def refresh(self, client: Any, now: float,
+                      open_runs: list[Any] | None = None) -> list[SegmentInterval]:
+        """`open_runs`: the pool's open runs when the caller has just read them (the
+        scheduler's pass), so they are not asked for twice."""
         since = (now - RETAIN_S) if self.read_until is None else self.read_until - _OVERLAP_S
         for run in await _runs(client, self.pool, _ended_since(since)):
             iv = interval_from_run(run)
             if iv is not None and iv.end is not None:
                 self.closed[iv.run_id] = iv
         self.open = {}
-        for run in await _runs(client, self.pool, _open_filter()):
+        if open_runs is None:
+            open_runs = await _runs(client, self.pool, _open_filter())
+        for run in open_runs:
+            if run.state is None or run.state.type.value not in _OPEN_STATES:
+                continue
             iv = interval_from_run(run)
             if iv is not None and iv.run_id not in self.closed:
                 self.open[iv.run_id] = iv

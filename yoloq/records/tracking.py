@@ -7,12 +7,22 @@ segment can log again: params already present are skipped (MLflow forbids
 changing them) and an epoch already logged for a metric is not logged twice.
 
 Uses `MlflowClient` explicitly: no global active run and no autolog.
+
+A tracking server under load answers 5xx now and then (its artifact proxy passes on a
+store's 500; a busy backend answers 503), and a segment asks MLflow's own client to fail
+fast (`flows.segment.tracking_fails_fast`). The run's bookkeeping (open the run, tags,
+artifacts, finish, registry) therefore retries transient failures itself, with bounded
+backoff (1, 2, 4 ... 15 s, for at most `YOLOQ_MLFLOW_RETRY_S`, default 120 s) and one
+warning line per retry; then the error is raised. Epoch metrics are not retried here:
+the segment buffers them and delivers them later.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 
+import logging
+import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -46,6 +56,9 @@ _COUNTER_TAGS = (TAG_SEGMENTS, TAG_PREEMPTIONS)
 # MLflow's portable name rule (its Windows rule; other systems also allow ':').
 _NOT_ALLOWED_IN_NAME = re.compile(r"[^/\w.\- ]")
 _T = TypeVar("_T")
+_LOG = logging.getLogger("yoloq.tracking")
+RETRY_ENV = "YOLOQ_MLFLOW_RETRY_S"  # how long a bookkeeping call retries transient failures
+DEFAULT_RETRY_S = 120.0
 
 
 def mlflow_metric_name(ultralytics_name: str) -> str:
@@ -115,6 +128,11 @@ class JobTracker:
         Params are flattened and logged once; keys already on the run keep their
         first value. Tags are set every time (they may change).
         """
+        return retrying(f"opening the MLflow run of {job_id}",
+                        lambda: self._run_for_job(job_id, params, tags))
+
+    def _run_for_job(self, job_id: str, params: Mapping[str, Any] | None,
+                     tags: Mapping[str, str] | None) -> str:
         run_id = self.find_run(job_id) or self._create_run(job_id)
         run = self.client.get_run(run_id)
         if run.info.status != "RUNNING":
@@ -123,13 +141,16 @@ class JobTracker:
                       if k not in run.data.params}
         self._log_batch(run_id, params=[Param(k, v) for k, v in new_params.items()])
         if tags:
-            self.set_tags(run_id, dict(tags))
+            self._set_tags(run_id, dict(tags))
         return run_id
 
     def is_finished(self, job_id: str) -> bool:
         """True when the job's run exists and was ended with FINISHED."""
-        run_id = self.find_run(job_id)
-        return run_id is not None and self.client.get_run(run_id).info.status == "FINISHED"
+        def finished() -> bool:
+            run_id = self.find_run(job_id)
+            return run_id is not None and self.client.get_run(run_id).info.status == "FINISHED"
+
+        return retrying(f"reading the MLflow run of {job_id}", finished)
 
     def find_run(self, job_id: str) -> str | None:
         """The oldest live run tagged with this job id (the one every process agrees on)."""
@@ -195,6 +216,9 @@ class JobTracker:
         return any(point.step == step for point in self.client.get_metric_history(run_id, name))
 
     def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        retrying(f"setting tags on MLflow run {run_id}", lambda: self._set_tags(run_id, tags))
+
+    def _set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
         self._log_batch(run_id, tags=[RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()])
 
     def increment_tag(self, run_id: str, key: str) -> int:
@@ -203,10 +227,13 @@ class JobTracker:
         Read-modify-write: only the process that owns the job's current segment
         should call it.
         """
-        current = self.client.get_run(run_id).data.tags.get(key, "0")
-        value = (int(current) if current.strip().isdigit() else 0) + 1
-        self.client.set_tag(run_id, key, str(value))
-        return value
+        def increment() -> int:
+            current = self.client.get_run(run_id).data.tags.get(key, "0")
+            value = (int(current) if current.strip().isdigit() else 0) + 1
+            self.client.set_tag(run_id, key, str(value))
+            return value
+
+        return retrying(f"counting {key} on MLflow run {run_id}", increment)
 
     def log_artifacts(self, run_id: str, paths: Iterable[Path],
                       artifact_path: str | None = None) -> None:
@@ -214,9 +241,11 @@ class JobTracker:
         for path in map(Path, paths):
             if path.is_dir():
                 inside = f"{artifact_path}/{path.name}" if artifact_path else path.name
-                self.client.log_artifacts(run_id, str(path), inside)
+                retrying(f"uploading {path.name}/ to MLflow run {run_id}",
+                         lambda: self.client.log_artifacts(run_id, str(path), inside))
             elif path.is_file():
-                self.client.log_artifact(run_id, str(path), artifact_path)
+                retrying(f"uploading {path.name} to MLflow run {run_id}",
+                         lambda: self.client.log_artifact(run_id, str(path), artifact_path))
             else:
                 raise FileNotFoundError(f"artifact to log does not exist: {path}")
 
@@ -224,7 +253,7 @@ class JobTracker:
         """End the job's run: FINISHED, FAILED or KILLED."""
         if not RunStatus.is_terminated(RunStatus.from_string(status)):
             raise ValueError(f"finish needs a terminal status, not {status!r}")
-        self.client.set_terminated(run_id, status)
+        retrying(f"ending MLflow run {run_id}", lambda: self.client.set_terminated(run_id, status))
 
     # -- registry ------------------------------------------------------------
 
@@ -235,6 +264,10 @@ class JobTracker:
         existing version.
         """
         path = Path(path)
+        return retrying(f"registering {path.name} from MLflow run {run_id}",
+                        lambda: self._register_model(run_id, path, name))
+
+    def _register_model(self, run_id: str, path: Path, name: str) -> str:
         self.client.log_artifact(run_id, str(path), "model")
         run = self.client.get_run(run_id)
         source = f"{run.info.artifact_uri}/model/{path.name}"
@@ -294,6 +327,35 @@ def _first_use_lock(tracking_uri: str) -> Iterator[None]:
             ready.touch()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def retrying(what: str, fn: Any, limit_s: float | None = None) -> Any:
+    """`fn()`, retrying transient MLflow failures (5xx, 429, timeouts, refused or reset
+    connections) with backoff 1, 2, 4 ... 15 s for at most `limit_s` (default
+    `YOLOQ_MLFLOW_RETRY_S`, 120 s), one warning line per retry; then the last error is
+    raised. Anything else (a bad request, a missing run) is raised at once."""
+    from yoloq.base.retry import retry_transient
+
+    limit = float(os.environ.get(RETRY_ENV) or DEFAULT_RETRY_S) if limit_s is None else limit_s
+    return retry_transient(fn, f"MLflow: {what}", is_transient, _LOG.warning, limit, max_delay_s=15.0)
+
+
+_TRANSIENT_CODES = frozenset({"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED",
+                              "DEADLINE_EXCEEDED", "ABORTED", "SERVICE_UNDER_MAINTENANCE"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure of the tracking server or the way to it that asking again may cure."""
+    import requests
+
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return exc.response.status_code >= 500 or exc.response.status_code in (408, 429)
+    if isinstance(exc, (requests.RequestException, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, MlflowException):
+        status = exc.get_http_status_code()
+        return exc.error_code in _TRANSIENT_CODES or status >= 500 or status == 429
+    return False
 
 
 def _chunks(items: list[_T], size: int) -> Iterator[list[_T]]:
