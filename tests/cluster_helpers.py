@@ -111,8 +111,11 @@ class Pool:
 
 
 @contextmanager
-def cluster_pool(tmp: Path, first_node: str, first_declared: str) -> Iterator[Pool]:
-    """`yoloq up` on the cluster profile with node agent `first_node`; more via start_node."""
+def cluster_pool(tmp: Path, first_node: str, first_declared: str,
+                 settings: dict[str, str] | None = None) -> Iterator[Pool]:
+    """`yoloq up` on the cluster profile with node agent `first_node`; more via start_node.
+    `settings` override the pool's environment (every process of it), e.g. a longer
+    `YOLOQ_NODE_TIMEOUT_S` for a loaded host."""
     from yoloq.ops import mlflow_server
     from yoloq.ops.stack import free_port
 
@@ -134,7 +137,8 @@ def cluster_pool(tmp: Path, first_node: str, first_declared: str) -> Iterator[Po
            "YOLOQ_CHECKPOINT_URI": f"s3://{services['YOLOQ_S3_BUCKET']}/ckpt-{run}",
            "YOLOQ_MLFLOW_URI": f"http://127.0.0.1:{mlflow_port}", "YOLOQ_MIN_RUNTIME_S": "0",
            "YOLOQ_NODE_TIMEOUT_S": "10", "YOLOQ_POLICY_REFRESH_S": "2",
-           "YOLOQ_NODE_NAME": first_node, "YOLOQ_DECLARED_GPUS": first_declared}
+           "YOLOQ_NODE_NAME": first_node, "YOLOQ_DECLARED_GPUS": first_declared,
+           **(settings or {})}
     pool = Pool(env, tmp / "home", logs)
     saved = dict(os.environ)
     try:
@@ -219,3 +223,240 @@ def times_started(flow_run_id: Any) -> int:
     with get_client(sync_client=True) as client:
         states = client.read_flow_run_states(flow_run_id)
     return sum(1 for s in states if s.type.value == "RUNNING")
+
+
+# -- the load scenario: tests/test_cluster_load.py and bench/cluster.py run the same one ----
+
+LOAD_WEIGHTS = {"a": 2.0, "b": 1.0, "c": 1.0, "d": 1.0}
+# Jobs per team in proportion to the weights (a 24, b c d 12 each), interleaved as submitted, and
+# per team the same tiers in the same proportions and order (a takes each tier twice): the shares
+# can then follow the weights while every team has work, and urgent/high jobs arrive while
+# lower tiers run, so some preemption is needed.
+LOAD_ROUND = ["a", "b", "a", "c", "d"]
+LOAD_TIER_MIX = ["low", "normal", "high", "normal", "low", "urgent", "normal", "high", "low",
+                 "normal", "high", "normal"]  # per 12 jobs of weight 1: 1 urgent, 3 high, 5 normal, 3 low
+TIERS = ("urgent", "high", "normal", "low")
+# The smallest real job the spec allows: 8+4 synthetic images at the smallest imgsz (32), one
+# epoch in one segment, no export (evaluation cannot be turned off: it always runs once).
+LOAD_JOB = {"model": "yolov8n.yaml", "epochs": 1, "segment_epochs": 1, "imgsz": 32, "batch": 4,
+            "export": []}
+# Differences from the defaults for a loaded host: a node is lost after 30 s without a
+# heartbeat (cluster_pool's 10 s, for the drain test, drains healthy nodes on a host this
+# busy), and urgent jobs may preempt at once (min_runtime_s=0).
+LOAD_SETTINGS = {"YOLOQ_NODE_TIMEOUT_S": "30"}
+FINAL = ("Completed", "Failed", "Cancelled", "Crashed")
+
+
+def load_team_tier(i: int) -> tuple[str, str]:
+    """The i-th job submitted: its team (`LOAD_ROUND`, in proportion to the weights) and tier
+    (the team's k-th job takes `LOAD_TIER_MIX[k // weight]`)."""
+    team = LOAD_ROUND[i % len(LOAD_ROUND)]
+    k = sum(1 for j in range(i) if LOAD_ROUND[j % len(LOAD_ROUND)] == team)
+    return team, LOAD_TIER_MIX[(k // int(LOAD_WEIGHTS[team])) % len(LOAD_TIER_MIX)]
+
+
+def load_pool(tmp: Path, nodes: int, slots: int) -> Any:
+    """The load scenario's pool: `nodes` node agents of `slots` declared CPU slots each, the
+    policy block saved with the team weights and min_runtime_s=0."""
+    from stack_helpers import wait_for
+
+    declared = f"{slots}xCPU:8"
+
+    @contextmanager
+    def pool_cm() -> Iterator[Pool]:
+        with cluster_pool(tmp, "n1", declared, settings=LOAD_SETTINGS) as pool:
+            for i in range(2, nodes + 1):
+                pool.start_node(f"n{i}", declared)
+            wait_for(lambda: len(live_nodes()) == nodes, f"{nodes} live nodes", 300)
+            from blocks.policy import SchedulingPolicy
+
+            SchedulingPolicy(team_weights=LOAD_WEIGHTS, min_runtime_s=0).save("yoloq-policy",
+                                                                             overwrite=True)
+            yield pool
+
+    return pool_cm()
+
+
+def submit_load(pool: Pool, tmp: Path, data: Path, jobs: int) -> dict[str, tuple[str, str]]:
+    """Submit every job in one `yoloq submit` (one burst); job id -> (team, tier)."""
+    from stack_helpers import write_spec
+
+    specs = []
+    for i in range(jobs):
+        team, tier = load_team_tier(i)
+        specs.append(write_spec(tmp / f"job{i:03d}.yaml", data, name=f"load{i:03d}", team=team,
+                                priority=tier, **LOAD_JOB))
+    out = pool.cli("submit", *map(str, specs), "--json", timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    submitted = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return {job["job_id"]: load_team_tier(i) for i, job in enumerate(submitted)}
+
+
+def job_states(pool: Pool) -> dict[str, str]:
+    out = pool.cli("status", "--json")
+    return {j["job_id"]: j["state"] for j in json.loads(out.stdout)} if out.returncode == 0 else {}
+
+
+def wait_load(pool: Pool, ids: dict[str, Any], timeout_s: float, echo: Any = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = job_states(pool)
+        ended = sum(1 for j in ids if states.get(j) in FINAL)
+        if echo:
+            echo(f"{ended}/{len(ids)} jobs ended")
+        if ended == len(ids):
+            return
+        time.sleep(5)
+    raise AssertionError(f"not all {len(ids)} jobs ended within {timeout_s:.0f} s")
+
+
+@dataclass
+class LoadFigures:
+    """What the load scenario is judged by, read from Prefect's runs and the epoch ledger."""
+
+    states: dict[str, str]
+    jobs: dict[str, int]                      # jobs per team
+    repeats: dict[str, dict[int, int]]        # jobs with an epoch not trained exactly once
+    usage_reported: dict[str, float]          # TU per team, as `yoloq usage` reports it
+    usage_expected: dict[str, float]          # TU per team: segments' GPU-s x speed
+    contended_s: float                        # first segment start -> first team done
+    shares: dict[str, float]                  # realised over the contended interval
+    wanted: dict[str, float]                  # the weights' shares
+    preemptions_done: int                     # victim segments asked to stop
+    preemptions_needed: int                   # preemptor jobs (each needed one slot)
+    per_preemptor: dict[str, int]
+    preemption_tiers: list[tuple[str, str]]   # (preemptor tier, victim tier)
+    delays: dict[str, list[float]]            # per tier: job created -> first segment running
+    scheduler: dict[str, Any]                 # the leader's published stats
+
+    def share_error(self, team: str) -> float:
+        return abs(self.shares[team] - self.wanted[team]) / self.wanted[team]
+
+    def table(self) -> str:
+        lines = [f"jobs: {sum(1 for s in self.states.values() if s == 'Completed')}/"
+                 f"{len(self.states)} completed; epochs trained more or less than once: "
+                 f"{len(self.repeats)} jobs",
+                 f"preemptions: needed {self.preemptions_needed}, done {self.preemptions_done}",
+                 f"contended interval: {self.contended_s:.0f} s",
+                 "| team | jobs | weight share | realised share | share error | usage TU "
+                 "(usage book) | segments' GPU-s x speed TU | usage error |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for team in sorted(self.wanted):
+            got, want = self.usage_reported.get(team, 0.0), self.usage_expected.get(team, 0.0)
+            lines.append(f"| {team} | {self.jobs.get(team, 0)} | {self.wanted[team]:.3f} | "
+                         f"{self.shares[team]:.3f} | {self.share_error(team):.1%} | {got:.4e} | "
+                         f"{want:.4e} | {abs(got - want) / want if want else float('nan'):.4%} |")
+        lines += ["| tier | jobs | queue delay p50 | p95 |", "|---|---|---|---|"]
+        for tier in TIERS:
+            delays = sorted(self.delays.get(tier, []))
+            if delays:
+                lines.append(f"| {tier} | {len(delays)} | {_pick(delays, 0.5):.1f} s | "
+                             f"{_pick(delays, 0.95):.1f} s |")
+        s = self.scheduler
+        lines.append(f"scheduler (leader {s.get('holder')}, last {s.get('passes')} passes over "
+                     f"{s.get('window_s')} s): {s.get('passes_per_s')} decisions/s, decide p50 "
+                     f"{s.get('decide_ms_p50')} ms / p95 {s.get('decide_ms_p95')} ms, pass p50 "
+                     f"{s.get('pass_ms_p50')} ms / p95 {s.get('pass_ms_p95')} ms")
+        return "\n".join(lines)
+
+
+def _pick(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def load_figures(pool: Pool, ids: dict[str, tuple[str, str]]) -> LoadFigures:
+    from prefect.variables import Variable
+
+    from yoloq.domain.gpus import TU_SECONDS
+    from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
+
+    states = job_states(pool)
+    repeats = {j: c for j in ids if (c := trainings_per_epoch(epoch_trainings(j))) != {1: 1}}
+    reported = team_usage()
+    segs = [s for s in pool_segments() if (s.parameters or {}).get("job_id") in ids]
+    held = [s for s in segs if s.start_time is not None and s.end_time is not None
+            and (s.labels or {}).get("yoloq.gpus")]
+    expected: dict[str, float] = {}
+    for seg in held:
+        team, seconds = ids[seg.parameters["job_id"]][0], (seg.end_time - seg.start_time).total_seconds()
+        expected[team] = expected.get(team, 0.0) + (
+            labels_gpus(seg) * seconds * float(seg.labels["yoloq.gpu_speed"]) / TU_SECONDS)
+    used, contended_s = contended_use(segs, ids)
+    total = sum(used.values()) or 1.0
+    weight_total = sum(LOAD_WEIGHTS.values())
+    victims = [s for s in segs if (s.labels or {}).get("yoloq.preempt") == "requested"]
+    per_preemptor: dict[str, int] = {}
+    for seg in victims:
+        by = seg.labels.get("yoloq.preempted_by")
+        per_preemptor[by] = per_preemptor.get(by, 0) + 1
+    pairs = [(ids[s.labels["yoloq.preempted_by"]][1] if s.labels.get("yoloq.preempted_by") in ids
+              else "?", ids[s.parameters["job_id"]][1]) for s in victims]
+    first: dict[str, float] = {}
+    for seg in segs:
+        if seg.start_time is not None:
+            job = seg.parameters["job_id"]
+            first[job] = min(first.get(job, float("inf")), seg.start_time.timestamp())
+    created = _job_created(list(ids))
+    delays: dict[str, list[float]] = {}
+    for job, (_, tier) in ids.items():
+        if job in first and job in created:
+            delays.setdefault(tier, []).append(first[job] - created[job])
+    stats = Variable.get("yoloq-scheduler-stats", default=None)
+    return LoadFigures(
+        states={j: states.get(j, "?") for j in ids},
+        jobs={t: sum(1 for team, _ in ids.values() if team == t) for t in LOAD_WEIGHTS},
+        repeats=repeats, usage_reported=reported,
+        usage_expected=expected, contended_s=contended_s,
+        shares={t: used[t] / total for t in LOAD_WEIGHTS},
+        wanted={t: LOAD_WEIGHTS[t] / weight_total for t in LOAD_WEIGHTS},
+        preemptions_done=len(victims), preemptions_needed=len(per_preemptor),
+        per_preemptor=per_preemptor, preemption_tiers=pairs, delays=delays,
+        scheduler=stats if isinstance(stats, dict) else {})
+
+
+def contended_use(segs: list[Any], ids: dict[str, tuple[str, str]]) -> tuple[dict[str, float], float]:
+    """GPU-seconds per team over the contended interval, and its length: from the first segment
+    start until the first team has nothing left to run (its last segment ended)."""
+    spans = [(ids[s.parameters["job_id"]][0], s.start_time.timestamp(), s.end_time.timestamp(),
+              labels_gpus(s)) for s in segs
+             if s.start_time is not None and s.end_time is not None and labels_gpus(s)]
+    begin = min(start for _, start, _, _ in spans)
+    until = min(max(end for t, _, end, _ in spans if t == team) for team in LOAD_WEIGHTS)
+    used = {team: sum(g * max(0.0, min(e, until) - max(s, begin)) for t, s, e, g in spans
+                      if t == team) for team in LOAD_WEIGHTS}
+    return used, until - begin
+
+
+def labels_gpus(seg: Any) -> int:
+    return len([g for g in str((seg.labels or {}).get("yoloq.gpus") or "").split(",") if g.strip()])
+
+
+def team_usage(since_s: float = 86400.0) -> dict[str, float]:
+    """TU per team over the last day as `yoloq usage` computes it (the scheduler's usage book),
+    before its display rounding: `yoloq usage --json` rounds each row to 1e-6 TU, which for a
+    tiny job (a few 1e-6 TU) is an error of up to 17% per row."""
+    from prefect.client.orchestration import get_client
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from work_pools.usage import UsageBook, usage_table
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return await UsageBook("yolo-gpu").refresh(client, now)
+
+    now = time.time()
+    totals: dict[str, float] = {}
+    for row in usage_table(run_coro_as_sync(read()), now, now - since_s):
+        totals[row["team"]] = totals.get(row["team"], 0.0) + row["tu"]
+    return totals
+
+
+def _job_created(job_ids: list[str]) -> dict[str, float]:
+    """When each job's parent run was created (the submission), by job id (the run's name)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=job_ids)), limit=len(job_ids) + 10)
+    return {r.name: r.created.timestamp() for r in runs if r.created is not None}
