@@ -86,7 +86,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job, logger)
-        plan = {**_plan(job, analysis, done), **(throttle or {})}
+        plan = {**segment_plan(job, analysis, done), **(throttle or {})}
         last = run = _segment_run(job, job_id, done, target, plan, logger)
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
@@ -298,7 +298,7 @@ def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:
     return plan(analysis)
 
 
-def _plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str, Any]:
+def segment_plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str, Any]:
     """What the GPU worker needs to schedule the segment without reading anything else."""
     return {
         "team": job.team, "tier": job.priority, "job_class": analysis.get("job_class", "full"),

@@ -87,7 +87,7 @@ def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> s
 # file near the end (longest-processing-time-first scheduling). Order inside a file is kept.
 LONG_FILES = {
     "test_cluster_nodes.py": 900, "test_worker_stack.py": 610, "test_process_faults.py": 550,
-    "test_cluster_load.py": 480, "test_job_runner.py": 200, "test_database_faults.py": 170,
+    "test_cluster_load.py": 780, "test_job_runner.py": 200, "test_database_faults.py": 170,
     "test_metrics.py": 160, "test_store_faults.py": 135, "test_cluster_profile.py": 130,
     "test_soft_preemption_stack.py": 125, "test_preemption_stack.py": 125,
     "test_web_page.py": 105, "test_exact_resume.py": 105, "test_stack_lifecycle.py": 95,

@@ -128,11 +128,11 @@ class PoolScheduler:
         result = PassResult(decision=None)
         result.drained = await _drain(client, open_runs, live_names, nodes, now)
         pool_gpus = PoolGpus.of(live)
-        occupying, pending = _split(open_runs + exiting, live_names, result.drained, now)
+        occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
         views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
-        reserved = {r.id: _global(pool_gpus, assignment(r)) for r in occupying}
-        started_at = {r.id: _started_at(r, now) for r in occupying}
+        reserved = {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying}
+        started_at = {r.id: started_at_of(r, now) for r in occupying}
         asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
                  or (r.state is not None and r.state.is_final())}
         ledger = ledger_state(intervals, now, policy.policy, self.notified)
@@ -174,7 +174,7 @@ async def _exiting_runs(client: Any, live: list[NodeRecord], open_ids: set[UUID]
     return await client.read_flow_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(ids))))
 
 
-def _split(runs: list[Any], live_names: set[str], drained: list[UUID],
+def split_open_runs(runs: list[Any], live_names: set[str], drained: list[UUID],
            now: float) -> tuple[list[Any], list[Any]]:
     """(runs holding GPUs on a live node, runs waiting for a decision)."""
     occupying, pending = [], []
@@ -207,14 +207,14 @@ def _with_job_batch(view: SegmentView, run: Any,
     return replace(view, batch=batch, est_mem_gb=mem)
 
 
-def _global(pool_gpus: PoolGpus, where: tuple[str, tuple[int, ...]] | None) -> tuple[int, ...]:
+def global_indices(pool_gpus: PoolGpus, where: tuple[str, tuple[int, ...]] | None) -> tuple[int, ...]:
     if where is None:
         return ()
     node, local = where
     return tuple(pool_gpus.index_of[(node, i)] for i in local if (node, i) in pool_gpus.index_of)
 
 
-def _started_at(run: Any, now: float) -> float:
+def started_at_of(run: Any, now: float) -> float:
     if run.start_time is not None:
         return run.start_time.timestamp()
     value = (run.labels or {}).get(ASSIGNED_AT_LABEL)

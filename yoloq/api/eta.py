@@ -2,7 +2,7 @@
 
 The job has no segment yet (its parent flow creates it a moment later), so the pool is
 read as the scheduler reads it (live nodes, open segment runs, usage from finished ones)
-with the job's first segment added as its parent will plan it (`flows.job._plan`). The
+with the job's first segment added as its parent will plan it (`flows.job.segment_plan`). The
 policy's `decide` runs once over that snapshot, writing nothing; the job starts now if it
 would be admitted, else the board's forward run (`work_pools.policy.eta.estimate`) gives
 its start with an 80% interval. The board replaces this estimate once it has planned the
@@ -59,11 +59,11 @@ def eta_answer(eta: Any, now: float) -> dict[str, Any]:
 
 def _first_segment(spec: Any, analysis: dict[str, Any], job_id: str, now: float):
     """The view the scheduler will have of the job's first segment."""
-    from flows.job import _plan
+    from flows.job import segment_plan
     from work_pools.segments import segment_view
 
     at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-    plan = {**_plan(spec, analysis, 0), "submitted_at": now}
+    plan = {**segment_plan(spec, analysis, 0), "submitted_at": now}
     run = SimpleNamespace(id=uuid.uuid4(), name=f"{job_id}-provisional", labels={},
                           parameters={"plan": plan, "spec": spec.model_dump(), "job_id": job_id},
                           expected_start_time=at, created=at)
@@ -72,7 +72,8 @@ def _first_segment(spec: Any, analysis: dict[str, Any], job_id: str, now: float)
 
 def _decide_with(client: Any, new: Any, worker_policy: Any, now: float):
     """The decision a scheduler pass would take now with `new` waiting (nothing written)."""
-    from work_pools.pool_scheduler import PoolGpus, _global, _split, _started_at, assignment
+    from work_pools.pool_scheduler import (PoolGpus, assignment, global_indices, split_open_runs,
+                                           started_at_of)
     from yoloq.base.settings import PREEMPT_LABEL
     from work_pools.scheduling import schedule
     from work_pools.segments import segment_view
@@ -86,13 +87,13 @@ def _decide_with(client: Any, new: Any, worker_policy: Any, now: float):
         return None
     pool_gpus = PoolGpus.of(nodes)
     runs = open_pool_runs(client, scheduled=True)
-    occupying, pending = _split(runs, {n.name for n in nodes}, [], now)
+    occupying, pending = split_open_runs(runs, {n.name for n in nodes}, [], now)
     ledger = ledger_state(segment_intervals(now), now, worker_policy.policy)
     asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"}
     return schedule(list(pool_gpus.gpus), [segment_view(r) for r in occupying],
                     [*(segment_view(r) for r in pending), new],
-                    {r.id: _global(pool_gpus, assignment(r)) for r in occupying},
-                    {r.id: _started_at(r, now) for r in occupying}, now, worker_policy,
+                    {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying},
+                    {r.id: started_at_of(r, now) for r in occupying}, now, worker_policy,
                     asked=asked, ledger=ledger,
                     nodes={i: node for i, (node, _) in pool_gpus.where.items()})
 
