@@ -292,13 +292,15 @@ _FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONF
 
 
 @contextmanager
-def private_stack(home: Path, declared_gpus: str = "1xCPU:8") -> Iterator[Stack]:
-    """`up` in its own state folder and port (declared slots, no minimum runtime), `down` after.
-    For benchmarks: this process's environment is pointed at the new stack."""
+def private_stack(home: Path, declared_gpus: str = "1xCPU:8",
+                  min_runtime_s: float = 0) -> Iterator[Stack]:
+    """`up` in its own state folder and port (declared slots; no minimum runtime unless
+    given), `down` after. For benchmarks: this process's environment is pointed at the stack."""
     for key in _FOREIGN_ENV:
         os.environ.pop(key, None)
     os.environ.update(YOLOQ_HOME=str(home), YOLOQ_PORT=str(free_port()),
-                      YOLOQ_DECLARED_GPUS=declared_gpus, YOLOQ_MIN_RUNTIME_S="0")
+                      YOLOQ_DECLARED_GPUS=declared_gpus,
+                      YOLOQ_MIN_RUNTIME_S=f"{min_runtime_s:g}")
     stack = up(echo=lambda *a: None)
     try:
         yield stack
