@@ -176,8 +176,10 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
 
 def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
-             logger: Any, timer: SetupTimer) -> Any:
+             logger: Any, timer: SetupTimer | None = None) -> Any:
     from yoloq.records.tracking import JobTracker
+
+    timer = timer or SetupTimer()
 
     duplicate = _other_live_segment(job_id)
     if duplicate:
