@@ -82,24 +82,6 @@ def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> s
     return keep.decode(errors="replace").strip()
 
 
-# Seconds each long file took in a CI run (2 cores, `-n 2 --dist loadfile`). Files run
-# longest first, so the two workers finish together instead of one starting a 15-minute
-# file near the end (longest-processing-time-first scheduling). Order inside a file is kept.
-LONG_FILES = {
-    "test_cluster_nodes.py": 900, "test_worker_stack.py": 610, "test_process_faults.py": 550,
-    "test_cluster_load.py": 780, "test_job_runner.py": 200, "test_database_faults.py": 170,
-    "test_metrics.py": 160, "test_store_faults.py": 135, "test_cluster_profile.py": 130,
-    "test_soft_preemption_stack.py": 125, "test_preemption_stack.py": 125,
-    "test_web_page.py": 105, "test_exact_resume.py": 105, "test_stack_lifecycle.py": 95,
-    "test_datasets_s3.py": 95, "test_tracking_faults.py": 85, "test_prefect_auth.py": 70,
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    """Longest files first (see LONG_FILES); a stable sort keeps each file's own order."""
-    items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0))
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     """pytest-xdist controller: tell each worker where to report escapes outside its tests."""
