@@ -7,8 +7,10 @@ stack, at teardown, by a leftover process) fails the whole run at its end."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,9 @@ os.environ["YOLOQ_NETGUARD_LOG"] = str(_NETGUARD_LOG)
 os.environ["XDG_CONFIG_HOME"] = str(_SESSION_DIR / "config")
 for _remote in ("YOLOQ_SERVER", "YOLOQ_TOKEN"):
     os.environ.pop(_remote, None)
+# One intra-op thread per training process: on a 2-core machine two tests train at once, and
+# OpenMP threads spinning over each other slow both (every process of a test inherits this).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Upload a checkpoint every epoch (the default chooses by cost, which on these tiny jobs means
 # rarely): the fault tests count the epochs a crash makes a job retrain.
 os.environ.setdefault("YOLOQ_CHECKPOINT_EVERY", "1")
@@ -156,3 +161,62 @@ def tiny_dataset(session_dir: Path) -> Path:
     from yoloq.datasets.synth import synth_dataset
 
     return synth_dataset(session_dir / "shapes", train=8, val=4, imgsz=64, seed=0)
+
+
+# ------------------------------------------------------------------ logs beside a failure
+
+_LOG_SIGNS = re.compile(r"Traceback|Error|ERROR|CRITICAL|Crashed|Failed|failed|refused|timed out")
+_LOG_BUDGET = 6000  # characters of log excerpts per failed test (CI shows only part of its output)
+
+
+def _recent_logs(roots: list[Path], since: float) -> list[Path]:
+    found = []
+    for root in roots:
+        if root.is_dir():
+            found += [p for p in root.rglob("*.log") if p.is_file() and p.stat().st_mtime >= since]
+    return sorted(set(found), key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def _excerpt(log: Path) -> str:
+    """The last lines of `log` that look like trouble, and its last lines."""
+    lines = log.read_text(errors="replace").splitlines()
+    signs = [line for line in lines if _LOG_SIGNS.search(line)][-8:]
+    tail = [line for line in lines[-4:] if line not in signs]
+    return "\n".join(f"  {line[:300]}" for line in signs + tail)
+
+
+def failure_logs(roots: list[Path], since: float) -> str:
+    """Excerpts of the stack logs written during a failed test, newest first, within budget."""
+    parts, used = [], 0
+    for log in _recent_logs(roots, since):
+        text = f"{log}:\n{_excerpt(log)}"
+        if used + len(text) > _LOG_BUDGET:
+            break
+        parts.append(text)
+        used += len(text)
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed stack test's report carries excerpts of the logs its processes wrote, so a CI
+    failure (timeouts, a Failed job) can be read without the machine it ran on."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.when == "teardown":
+        return
+    roots = [_SESSION_DIR / "home" / "logs"]
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if tmp is not None:
+        roots.append(Path(tmp))
+    text = failure_logs(roots, item.stash.get(_STARTED, time.time()) - 1)
+    if text:
+        report.sections.append(("yoloq logs written during the test", text))
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_STARTED] = time.time()

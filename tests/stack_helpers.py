@@ -82,7 +82,7 @@ def paused_worker(stack) -> Iterator[None]:
     from work_pools.nodes import live_pool_gpus
     from yoloq.ops.stack import _read_pid
 
-    wait_for(live_pool_gpus, "the GPU worker's node", 120)
+    wait_for(live_pool_gpus, "the GPU worker's node", 300)
     group = os.getpgid(_read_pid(stack, "worker"))
     os.killpg(group, signal.SIGSTOP)
     try:

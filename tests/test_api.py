@@ -173,7 +173,7 @@ def test_submit_answers_with_a_provisional_eta_and_a_later_job_starts_no_earlier
             assert eta["provisional"] is True and eta["basis"] == "forward run"
             assert eta["median_s"] >= submitted_at
             assert eta["low_s"] <= eta["median_s"] <= eta["high_s"]
-            wait_for(lambda: _segment_of(body["job_id"]), f"{name}'s first segment", 120)
+            wait_for(lambda: _segment_of(body["job_id"]), f"{name}'s first segment", 600)
         first, second = (a["eta"] for a in answers)
         assert second["median_s"] >= first["median_s"]  # queued behind the first (same team and tier)
         _, other = tokens["vision"]  # every team's jobs are listed; acting on them is refused

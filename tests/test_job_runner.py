@@ -37,7 +37,7 @@ def stack_processes(stack) -> dict[int, float]:
     return found
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 600) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = check()
@@ -139,7 +139,7 @@ def test_runner_killed_while_jobs_wait_each_job_trains_once(yoloq_stack, tiny_da
         new = stack_mod._read_pid(yoloq_stack, "runner")
         assert new != old
         wait_for(lambda: all(job(j).flow_run.infrastructure_pid.endswith(f":{new}") for j in jobs)
-                 and waiting(jobs), "the new runner adopting the three jobs", 120)
+                 and waiting(jobs), "the new runner adopting the three jobs", 600)
     for job_id in jobs:
         assert wait_for(lambda j=job_id: final_state(j), f"{job_id} ending", 300) == "Completed"
     for job_id in jobs:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -26,14 +25,9 @@ import pytest
 from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
 
 from yoloq import cli
+from yoloq.ops.stack import free_port
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -52,7 +46,7 @@ scrape_configs:
     static_configs:
       - targets: ["{target}"]
 """)
-    port = _free_port()
+    port = free_port(1)
     url = f"http://127.0.0.1:{port}"
     with open(tmp_path / "prometheus.log", "w") as log:
         proc = subprocess.Popen([binary, f"--config.file={config}",

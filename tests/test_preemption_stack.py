@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6
 
 
-def wait_running(job_id: str, timeout_s: float = 300):
+def wait_running(job_id: str, timeout_s: float = 600):
     """The id of the job's segment once its process is training."""
     from prefect.client.orchestration import get_client
 
@@ -35,7 +35,7 @@ def wait_running(job_id: str, timeout_s: float = 300):
     raise AssertionError(f"{job_id} never started")
 
 
-def wait_label(flow_run_id, key: str, value: str, timeout_s: float = 120) -> None:
+def wait_label(flow_run_id, key: str, value: str, timeout_s: float = 600) -> None:
     from prefect.client.orchestration import get_client
 
     deadline = time.monotonic() + timeout_s

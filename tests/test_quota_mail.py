@@ -5,7 +5,6 @@ real team store; a configured server that cannot be reached is a logged error, n
 from __future__ import annotations
 
 import logging
-import socket
 import uuid
 from email import message_from_bytes
 
@@ -14,6 +13,7 @@ import pytest
 from work_pools.policy.model import QuotaBreach
 from yoloq.base.errors import UserError
 from yoloq.base.mail import smtp_config
+from yoloq.ops.stack import free_port
 
 DAY = 86400.0
 
@@ -32,19 +32,13 @@ def smtp_server(monkeypatch):
     from aiosmtpd.controller import Controller
 
     inbox = _Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=_free_port())
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(1))
     controller.start()
     monkeypatch.setenv("YOLOQ_SMTP_URL", f"smtp://127.0.0.1:{controller.port}?from=queue@yoloq.test")
     try:
         yield inbox
     finally:
         controller.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -106,7 +100,7 @@ def test_unreachable_server_is_a_logged_error_and_retried(yoloq_stack, teams, mo
     )
 
     store, team = teams
-    monkeypatch.setenv("YOLOQ_SMTP_URL", f"smtp://127.0.0.1:{_free_port()}")  # nobody listens
+    monkeypatch.setenv("YOLOQ_SMTP_URL", f"smtp://127.0.0.1:{free_port(1)}")  # nobody listens
     breach = QuotaBreach(team, 5.0, 1.0, "day")
     now = 1_800_000_000.0
     with caplog.at_level(logging.ERROR, logger="yoloq.quota_alerts"):

@@ -233,7 +233,7 @@ def test_keep_going_dry_run_lists_the_good_and_names_the_bad(folder, capsys):
 
 # --- on the session stack -------------------------------------------------------------------------
 
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 180) -> Any:
+def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 600) -> Any:
     deadline, value = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         value = check()
@@ -323,7 +323,7 @@ def test_a_refused_job_among_several_creates_nothing(yoloq_stack, folder, capsys
                                                 "imgsz": 4096, "batch": 64})
     from work_pools.nodes import live_pool_gpus
 
-    wait_for(live_pool_gpus, "the GPU worker's node", 120)
+    wait_for(live_pool_gpus, "the GPU worker's node", 300)
     code = cli.main(["submit", str(good), str(huge), "epochs=2"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""

@@ -89,7 +89,7 @@ def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_d
         for tier in ("low", "normal", "high"):
             order[tier] = submit(write_spec(tmp_path / f"{tier}.yaml", tiny_dataset, name=f"order-{tier}",
                                             team=f"team-{tier}", priority=tier, epochs=1, export=[]))
-        wait_for(lambda: all(segments(j) for j in order.values()), "all three queued", 120)
+        wait_for(lambda: all(segments(j) for j in order.values()), "all three queued", 600)
         assert all(running_epoch(j) is not None for j in blockers), "blockers hold both slots"
         for blocker, tier in zip(blockers, ("high", "normal")):
             began = time.monotonic()

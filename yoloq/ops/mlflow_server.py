@@ -28,7 +28,12 @@ SERVER_ENV = {
 def start(port: int, backend_store_uri: str, artifacts_destination: str,
           env: dict[str, str] | None = None, log_path: str | None = None,
           timeout_s: float = 90) -> subprocess.Popen:
-    """Start the server in its own session and wait until /health answers."""
+    """Start the server in its own session and wait until /health answers (refused on a taken
+    port: another server's /health would answer for it)."""
+    from yoloq.ops.stack import port_taken
+
+    if port_taken(port):
+        raise RuntimeError(f"mlflow server: port {port} is already in use by another process")
     command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                "--backend-store-uri", backend_store_uri, "--artifacts-destination",
                artifacts_destination, "--workers", "1"]

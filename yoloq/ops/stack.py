@@ -102,6 +102,7 @@ def up(port: int | None = None, echo=print) -> Stack:
     env = stack_env(stack)
     fresh = not _running(stack, "server")
     if fresh:
+        _refuse_taken_port(stack.port, "YOLOQ_PORT")
         _start(stack, "server", [sys.executable, "-m", "yoloq.ops.server", "--host", "127.0.0.1",
                                  "--port", str(stack.port)], env)
     _wait_healthy(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))  # a loaded host: more
@@ -119,10 +120,31 @@ def up(port: int | None = None, echo=print) -> Stack:
         _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)
     echo("job runner and yolo-gpu worker running")
     if not _running(stack, "api"):
+        _refuse_taken_port(stack.rest_port, "YOLOQ_API_PORT")
         _start(stack, "api", [sys.executable, "-m", "yoloq.api", "--port", str(stack.rest_port)], env)
     _wait_api(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))
     echo(f"yoloq API: {stack.rest_url} (docs {stack.rest_url}/docs)")
     return stack
+
+
+def port_taken(port: int) -> bool:
+    """True when another process listens on (or holds) loopback `port`."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _refuse_taken_port(port: int, setting: str) -> None:
+    """A server of ours must not start on a taken port: its health check would then be
+    answered by the other process, and this stack would silently talk to someone else's."""
+    if port_taken(port):
+        raise UserError("port", f"127.0.0.1:{port} is already in use by another process",
+                        f"stop it, or set {setting} to a free port")
 
 
 def _wait_api(stack: Stack, timeout_s: float) -> None:
@@ -278,13 +300,34 @@ def restart_worker(overrides: dict[str, str] | None = None, kill: bool = False) 
     return _start(stack, "worker", [sys.executable, "-m", "work_pools.run_worker"], env)
 
 
-def free_port() -> int:
-    """A free loopback port (for a second stack beside the default one)."""
+def free_port(span: int = 2) -> int:
+    """A loopback port P with P..P+span-1 free (a stack serves Prefect on P and its API on P+1).
+
+    Chosen below the kernel's ephemeral range: a port from that range can be taken as the
+    source port of any outgoing connection between this check and the server's bind."""
+    import random
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    low_ephemeral = _ephemeral_floor()
+    for _ in range(200):
+        port = random.randrange(20000, low_ephemeral - span)
+        try:
+            for offset in range(span):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port + offset))
+        except OSError:
+            continue
+        return port
+    raise UserError("ports", f"no {span} free consecutive loopback ports below {low_ephemeral}",
+                    "set YOLOQ_PORT")
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands out as a source port (32768 where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 _FOREIGN_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "YOLO_CONFIG_DIR",
