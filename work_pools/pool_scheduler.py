@@ -130,19 +130,10 @@ class PoolScheduler:
         pool_gpus = PoolGpus.of(live)
         occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
-        views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
-        reserved = {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying}
-        started_at = {r.id: started_at_of(r, now) for r in occupying}
-        asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
-                 or (r.state is not None and r.state.is_final())}
-        ledger = ledger_state(intervals, now, policy.policy, self.notified)
-        running_views = [views[r.id] for r in occupying]
-        tick = time.perf_counter()
-        decision = schedule(list(pool_gpus.gpus), running_views, [views[r.id] for r in pending],
-                            reserved, started_at, now, policy, asked=asked, ledger=ledger,
-                            nodes={i: node for i, (node, _) in pool_gpus.where.items()})
-        result.decide_s = time.perf_counter() - tick
-        result.decision, result.running = decision, running_views
+        plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified)
+        decision, views, reserved = plan.decision, plan.views, plan.reserved
+        result.decide_s = plan.decide_s
+        result.decision, result.running = decision, [views[r.id] for r in occupying]
         rejoin = _rejoin_shared_gpu(pending, decision, pool_gpus, views, reserved)
         result.assigned = await _apply_admissions(client, decision.admit + rejoin, pool_gpus, now)
         await _apply_preemptions(client, decision, views, now)
@@ -150,6 +141,36 @@ class PoolScheduler:
         self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
                              len(decision.preempt), time.time()))
         return result
+
+
+@dataclass
+class PassPlan:
+    """What one pass would do over a snapshot of the pool (nothing written yet)."""
+
+    decision: WorkerDecision
+    views: dict[UUID, SegmentView]
+    reserved: dict[UUID, tuple[int, ...]]
+    decide_s: float
+
+
+def plan_pass(pool_gpus: PoolGpus, occupying: list[Any], pending: list[Any],
+              intervals: list[SegmentInterval], policy: WorkerPolicy, now: float,
+              notified: dict[str, float] | None = None,
+              extra_pending: tuple[SegmentView, ...] = ()) -> PassPlan:
+    """The pool's decision over these runs, read-only: the leader's pass applies it, the
+    API's provisional ETA (`extra_pending`: a job not queued yet) only reads it."""
+    views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
+    reserved = {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying}
+    started_at = {r.id: started_at_of(r, now) for r in occupying}
+    asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
+             or (r.state is not None and r.state.is_final())}
+    ledger = ledger_state(intervals, now, policy.policy, notified)
+    tick = time.perf_counter()
+    decision = schedule(list(pool_gpus.gpus), [views[r.id] for r in occupying],
+                        [*(views[r.id] for r in pending), *extra_pending], reserved, started_at,
+                        now, policy, asked=asked, ledger=ledger,
+                        nodes={i: node for i, (node, _) in pool_gpus.where.items()})
+    return PassPlan(decision, views, reserved, time.perf_counter() - tick)
 
 
 async def _open_runs(client: Any, pool: str) -> list[Any]:

@@ -72,12 +72,7 @@ def _first_segment(spec: Any, analysis: dict[str, Any], job_id: str, now: float)
 
 def _decide_with(client: Any, new: Any, worker_policy: Any, now: float):
     """The decision a scheduler pass would take now with `new` waiting (nothing written)."""
-    from work_pools.pool_scheduler import (PoolGpus, assignment, global_indices, split_open_runs,
-                                           started_at_of)
-    from yoloq.base.settings import PREEMPT_LABEL
-    from work_pools.scheduling import schedule
-    from work_pools.segments import segment_view
-    from work_pools.usage import ledger_state
+    from work_pools.pool_scheduler import PoolGpus, plan_pass, split_open_runs
     from yoloq.api.metrics import open_pool_runs
     from yoloq.api.web_data import segment_intervals
     from yoloq.commands.submit import live_nodes
@@ -86,16 +81,10 @@ def _decide_with(client: Any, new: Any, worker_policy: Any, now: float):
     if not nodes:
         return None
     pool_gpus = PoolGpus.of(nodes)
-    runs = open_pool_runs(client, scheduled=True)
-    occupying, pending = split_open_runs(runs, {n.name for n in nodes}, [], now)
-    ledger = ledger_state(segment_intervals(now), now, worker_policy.policy)
-    asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"}
-    return schedule(list(pool_gpus.gpus), [segment_view(r) for r in occupying],
-                    [*(segment_view(r) for r in pending), new],
-                    {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying},
-                    {r.id: started_at_of(r, now) for r in occupying}, now, worker_policy,
-                    asked=asked, ledger=ledger,
-                    nodes={i: node for i, (node, _) in pool_gpus.where.items()})
+    occupying, pending = split_open_runs(open_pool_runs(client, scheduled=True),
+                                         {n.name for n in nodes}, [], now)
+    return plan_pass(pool_gpus, occupying, pending, segment_intervals(now), worker_policy, now,
+                     extra_pending=(new,)).decision
 
 
 def _iso(t: float) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +17,8 @@ from typing import Any
 
 from yoloq.base.errors import UserError
 from yoloq.engine.evaluate import is_yolov5_weights, load_yolo, metrics_of
-from yoloq.engine.model_results import OUTPUT_TOLERANCE, ExportedModel, ExportVerificationError
+from yoloq.engine.model_results import (ExportedModel, ExportVerificationError, output_difference,
+                                        validation_folder)
 from yoloq.domain.spec import EXPORT_FORMATS
 
 DEFAULT_FORMATS = ("torchscript",)
@@ -94,14 +94,10 @@ def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[
             how = "onnx.checker + ultralytics val (onnx via OpenCV DNN)"
         else:
             how = "onnx.checker + ultralytics val (onnx via onnxruntime)"
-    with tempfile.TemporaryDirectory(prefix="yoloq-verify-") as project:
-        try:
-            results = load_yolo(path, task="detect").val(
-                data=str(data), imgsz=imgsz, batch=1, device=device, workers=0,
-                project=project, name=fmt, plots=False, verbose=False, **options)
-        except Exception as error:
-            raise ExportVerificationError(f"{path.name}: validation of the export failed: "
-                                          f"{error}") from error
+    with validation_folder(path, "yoloq-verify-") as project:
+        results = load_yolo(path, task="detect").val(
+            data=str(data), imgsz=imgsz, batch=1, device=device, workers=0,
+            project=project, name=fmt, plots=False, verbose=False, **options)
     metrics = metrics_of(results)
     if not metrics:
         raise ExportVerificationError(f"{path.name}: validation returned no metrics")
@@ -123,14 +119,7 @@ def _output_difference(weights: Path, exported: Path, imgsz: int, device: str) -
         output = backend(image)
         output = output[0] if isinstance(output, (list, tuple)) else output
         outputs.append(torch.as_tensor(output).float().cpu())
-    reference, candidate = outputs
-    if reference.shape != candidate.shape:
-        raise ExportVerificationError(f"{exported.name}: output shape {tuple(candidate.shape)} "
-                                      f"differs from PyTorch's {tuple(reference.shape)}")
-    difference = float((reference - candidate).abs().max())
-    if difference > OUTPUT_TOLERANCE * max(1.0, float(reference.abs().max())):
-        raise ExportVerificationError(f"{exported.name}: outputs differ from PyTorch's by {difference:.3g}")
-    return difference
+    return output_difference(exported, *outputs)
 
 
 def _check_onnx_graph(path: Path) -> None:

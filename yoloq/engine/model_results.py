@@ -7,6 +7,9 @@ back.
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,3 +54,28 @@ class ExportedModel:
 
 class ExportVerificationError(RuntimeError):
     """An exported file could not be loaded back or validated."""
+
+
+@contextmanager
+def validation_folder(exported: Path, prefix: str) -> Iterator[str]:
+    """A scratch folder to validate an export in; any failure inside means "not verified"."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as project:
+        try:
+            yield project
+        except ExportVerificationError:
+            raise
+        except Exception as error:  # whatever validation raised, the export is not verified
+            raise ExportVerificationError(f"{exported.name}: validation of the export failed: "
+                                          f"{error}") from error
+
+
+def output_difference(exported: Path, reference: Any, candidate: Any) -> float:
+    """The largest raw-output difference between PyTorch's weights and the export (tensors);
+    another shape, or a difference over OUTPUT_TOLERANCE of the output's scale, fails."""
+    if reference.shape != candidate.shape:
+        raise ExportVerificationError(f"{exported.name}: output shape {tuple(candidate.shape)} "
+                                      f"differs from PyTorch's {tuple(reference.shape)}")
+    difference = float((reference - candidate).abs().max())
+    if difference > OUTPUT_TOLERANCE * max(1.0, float(reference.abs().max())):
+        raise ExportVerificationError(f"{exported.name}: outputs differ from PyTorch's by {difference:.3g}")
+    return difference

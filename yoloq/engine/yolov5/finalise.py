@@ -23,11 +23,12 @@ from typing import Any
 
 from yoloq.engine.yolov5 import environment
 from yoloq.engine.model_results import (
-    OUTPUT_TOLERANCE,
     EvalResult,
     ExportedModel,
     ExportVerificationError,
     evaluation_split,
+    output_difference,
+    validation_folder,
 )
 
 METRIC_KEYS = ("metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)", "metrics/mAP50-95(B)")
@@ -169,27 +170,16 @@ def _verify_by_validation(path: Path, fmt: str, data: Path, imgsz: int,
     """yolov5 val on the exported file itself (val split, batch 1)."""
     dnn = fmt == "onnx" and importlib.util.find_spec("onnxruntime") is None
     how = f"yolov5 val ({fmt}{' via OpenCV DNN' if dnn else ''}) + one image against PyTorch"
-    with tempfile.TemporaryDirectory(prefix="yoloq-verify-v5-") as project:
-        try:
-            results, _times, _dir = _validate(path, data, imgsz, 1, device, Path(project), fmt,
-                                              "val", 0, dnn=dnn)
-        except Exception as error:  # any failure means "not verified"
-            raise ExportVerificationError(f"{path.name}: validation of the export failed: "
-                                          f"{error}") from error
+    with validation_folder(path, "yoloq-verify-v5-") as project:
+        results, _times, _dir = _validate(path, data, imgsz, 1, device, Path(project), fmt,
+                                          "val", 0, dnn=dnn)
     return metrics_dict(results), how
 
 
 def _output_difference(weights: Path, exported: Path, data: Path, imgsz: int, device: str) -> float:
     """Run one dataset image through the PyTorch weights and the exported file; compare outputs."""
     reference = _pytorch_output(weights, data, imgsz, device)
-    candidate = _exported_output(exported, one_image(data, imgsz), device)
-    if reference.shape != candidate.shape:
-        raise ExportVerificationError(f"{exported.name}: output shape {tuple(candidate.shape)} "
-                                      f"differs from PyTorch's {tuple(reference.shape)}")
-    difference = float((reference - candidate).abs().max())
-    if difference > OUTPUT_TOLERANCE * max(1.0, float(reference.abs().max())):
-        raise ExportVerificationError(f"{exported.name}: outputs differ from PyTorch's by {difference:.3g}")
-    return difference
+    return output_difference(exported, reference, _exported_output(exported, one_image(data, imgsz), device))
 
 
 def one_image(data: Path, imgsz: int) -> Any:
