@@ -20,6 +20,10 @@ from prefect.deployments import run_deployment  # noqa: E402
 from prefect.runtime import flow_run as current_run  # noqa: E402
 from prefect.states import Cancelled, Failed  # noqa: E402
 
+from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
+
+share_client_tls_context()
+
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402

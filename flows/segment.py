@@ -32,6 +32,10 @@ from prefect import flow, get_run_logger  # noqa: E402
 from prefect.runtime import flow_run as current_run  # noqa: E402
 from prefect.states import Cancelled, Crashed, Failed  # noqa: E402
 
+from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
+
+share_client_tls_context()
+
 from flows.ledger import EpochLedger  # noqa: E402
 from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
 from flows.recovery import is_transient, one_line  # noqa: E402

@@ -175,6 +175,27 @@ def future_segments(prefect_api):
             client.delete_flow_run(run.id)
 
 
+def publish(worker, decision, now: float) -> bool:
+    """`board.publish_if_changed` through one real client, as the worker passes its own."""
+    from prefect.client.orchestration import get_client
+
+    async def go() -> bool:
+        async with get_client() as client:
+            return await board.publish_if_changed(client, worker, decision, now)
+
+    return asyncio.run(go())
+
+
+def read_history() -> list[dict[str, Any]]:
+    from prefect.client.orchestration import get_client
+
+    async def go() -> list[dict[str, Any]]:
+        async with get_client() as client:
+            return await board._read_history(client)
+
+    return asyncio.run(go())
+
+
 def test_board_is_published_on_change_and_read_by_yoloq_queue(future_segments, capsys):
     from work_pools.segments import segment_view
 
@@ -182,10 +203,10 @@ def test_board_is_published_on_change_and_read_by_yoloq_queue(future_segments, c
     worker = FakeWorker([view("someone-else.s1", est_mem_gb=60)])
     now = time.time()
     decision = decide_for(worker, pending, now)
-    assert asyncio.run(board.publish_if_changed(worker, decision, now)) is True
+    assert publish(worker, decision, now) is True
     # unchanged -> not republished (1-second drift is covered by the pure rounding test,
     # whose fixed clock avoids a minute boundary between the two calls)
-    assert asyncio.run(board.publish_if_changed(worker, decision, now)) is False
+    assert publish(worker, decision, now) is False
 
     published = _latest_board_rows()
     names = {run.name for run in future_segments}

@@ -4,7 +4,6 @@ prediction and its actual start, calibrates from them, keeps them in the
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
@@ -16,6 +15,8 @@ from test_board import (  # noqa: F401
     decide_for,
     future_segments,
     prefect_api,
+    publish,
+    read_history,
     view,
 )
 
@@ -79,14 +80,14 @@ def test_history_survives_a_new_leader_and_queue_shows_the_basis(future_segments
     worker._running = [view(f"someone-{uuid.uuid4().hex[:4]}.s1", est_mem_gb=60)]
     pending = [segment_view(run) for run in future_segments]
     now = time.time()
-    assert asyncio.run(board.publish_if_changed(worker, decide_for(worker, pending, now), now))
-    saved = asyncio.run(board._read_history())
+    assert publish(worker, decide_for(worker, pending, now), now)
+    saved = read_history()
     assert len(saved) >= 10 and {"predicted_s", "actual_s", "tier"} <= saved[-1].keys()
 
     board._trackers.clear()  # a new leader: nothing in memory
     fresh = FakeWorker(worker._running, name=f"new-leader-{uuid.uuid4().hex[:4]}")
     decision = decide_for(fresh, pending, now + 120)
-    asyncio.run(board.publish_if_changed(fresh, decision, now + 120))
+    publish(fresh, decision, now + 120)
     assert len(board._trackers[fresh.name].calibrator) >= 10
     names = {run.name for run in future_segments}
     shown = [r for r in _yoloq_queue_json(capsys) if r["segment"] in names]

@@ -38,20 +38,21 @@ _trackers: dict[str, EtaTracker] = {}  # pool -> ETA history (the leader's)
 _saved: dict[str, tuple[int, float]] = {}  # pool -> (records saved, when)
 
 
-async def publish_if_changed(worker: Any, decision: Any, now: float) -> bool:
+async def publish_if_changed(client: Any, worker: Any, decision: Any, now: float) -> bool:
     """Publish the board when a row changed (times compared rounded to the minute); the
-    relative "in 5m" text alone refreshes it at most once a minute."""
+    relative "in 5m" text alone refreshes it at most once a minute. `client`: the worker's
+    own Prefect client (a new one per pass would build a TLS context each time)."""
     if worker.name not in _trackers:
         restore_history(tracker_for(worker.name, worker._policy.policy, 1),
-                        await _read_history())
+                        await _read_history(client))
     rows = board_rows(worker, decision, now)
-    await _save_history(worker.name, now)
+    await _save_history(client, worker.name, now)
     state = board_state(rows, now)
     if not should_publish(_last.get(worker.name), state):
         return False
     table = [{**row, "published_at": _iso(now)} for row in rows] or [
         {"job": "(queue empty)", "published_at": _iso(now)}]
-    await _create_table_artifact(table, f"yoloq queue on worker {worker.name}: running and "
+    await _create_table_artifact(client, table, f"yoloq queue on worker {worker.name}: running and "
                                         "waiting segments, reasons and estimated starts")
     _last[worker.name] = state
     return True
@@ -70,15 +71,13 @@ def should_publish(last: tuple[str, str, float] | None, new: tuple[str, str, flo
     return new[1] != last[1] and new[2] - last[2] >= ETA_ROUND_S
 
 
-async def _create_table_artifact(table: list[dict[str, Any]], description: str) -> None:
+async def _create_table_artifact(client: Any, table: list[dict[str, Any]], description: str) -> None:
     """Through the API client: the worker publishes outside any flow run, where
     `prefect.artifacts.create_table_artifact` is deprecated."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
 
-    async with get_client() as client:
-        await client.create_artifact(ArtifactCreate(
-            key=BOARD_KEY, type="table", description=description, data=json.dumps(table)))
+    await client.create_artifact(ArtifactCreate(
+        key=BOARD_KEY, type="table", description=description, data=json.dumps(table)))
 
 
 def board_rows(worker: Any, decision: Any, now: float) -> list[dict[str, Any]]:
@@ -141,15 +140,13 @@ def restore_history(tracker: EtaTracker, rows: list[dict[str, Any]]) -> int:
     return count
 
 
-async def _read_history() -> list[dict[str, Any]]:
-    from prefect.client.orchestration import get_client
+async def _read_history(client: Any) -> list[dict[str, Any]]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.client.schemas.sorting import ArtifactSort
 
-    async with get_client() as client:
-        arts = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[HISTORY_KEY])),
-            sort=ArtifactSort.CREATED_DESC, limit=1)
+    arts = await client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[HISTORY_KEY])),
+        sort=ArtifactSort.CREATED_DESC, limit=1)
     if not arts:
         return []
     data = arts[0].data
@@ -157,7 +154,7 @@ async def _read_history() -> list[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)]
 
 
-async def _save_history(pool: str, now: float) -> None:
+async def _save_history(client: Any, pool: str, now: float) -> None:
     """Write the pool's records when new ones exist, at most once a minute."""
     tracker = _trackers.get(pool)
     if tracker is None:
@@ -166,15 +163,13 @@ async def _save_history(pool: str, now: float) -> None:
     count, at = _saved.get(pool, (0, 0.0))
     if len(records) == count or now - at < HISTORY_EVERY_S:
         return
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import ArtifactCreate
 
     table = [r.__dict__ for r in records[-HISTORY_ROWS:]]
-    async with get_client() as client:
-        await client.create_artifact(ArtifactCreate(
-            key=HISTORY_KEY, type="table", data=json.dumps(table),
-            description="yoloq ETA history: each job's first predicted wait (raw forward run) "
-                        "and its actual wait, in seconds; the queue board calibrates from it"))
+    await client.create_artifact(ArtifactCreate(
+        key=HISTORY_KEY, type="table", data=json.dumps(table),
+        description="yoloq ETA history: each job's first predicted wait (raw forward run) "
+                    "and its actual wait, in seconds; the queue board calibrates from it"))
     _saved[pool] = (len(records), now)
 
 

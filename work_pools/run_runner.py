@@ -16,7 +16,10 @@ offline.apply()
 
 from work_pools.job_runner import InProcessJobWorker, gate  # noqa: E402
 from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
+from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 from yoloq.base.settings import JOBS_POOL  # noqa: E402
+
+share_client_tls_context()
 
 
 async def serve() -> None:

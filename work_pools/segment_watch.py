@@ -59,6 +59,8 @@ class SegmentWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._log = logging.getLogger("yoloq.segment_watch")
+        self._client: Any = None  # the watch thread's own client, kept between reads
+        self._client_cm: Any = None
 
     def start(self) -> None:
         events_wake.start_daemon(self._loop, "segment-watch")
@@ -101,7 +103,7 @@ class SegmentWatch:
             kicked = self._kick.wait(self.period_s)
             self._kick.clear()
             if self._stop.is_set():
-                return
+                break
             try:
                 woken = self.poll_once()
                 if kicked:
@@ -109,8 +111,28 @@ class SegmentWatch:
                 else:
                     self.poll_wakes += woken
             except Exception as exc:  # the API is down or slow: keep the waiters, try again
+                self._close_client()  # with a new connection
                 self._log.warning("reading waited-for segment runs failed (%s); retrying",
                                   " ".join(str(exc).split())[:300])
+        self._close_client()
+
+    def _api(self) -> Any:
+        """One client for the watch thread's reads: a client per read builds a TLS context
+        (loads the CA bundle) each time, tens of ms of CPU a read (py-spy: 9% of a core)."""
+        if self._client is None:
+            from prefect.client.orchestration import get_client
+
+            self._client_cm = get_client(sync_client=True)
+            self._client = self._client_cm.__enter__()
+        return self._client
+
+    def _close_client(self) -> None:
+        cm, self._client, self._client_cm = self._client_cm, None, None
+        if cm is not None:
+            try:
+                cm.__exit__(None, None, None)
+            except Exception:  # closing a broken connection: nothing left to do
+                pass
 
     def poll_once(self) -> int:
         """Read the watched runs that are final and wake their waiters. Returns how many."""
@@ -118,7 +140,7 @@ class SegmentWatch:
             ids = list(self._waiters)
         woken = 0
         for start in range(0, len(ids), self.batch):
-            for run in _read_final(ids[start:start + self.batch]):
+            for run in _read_final(self._api(), ids[start:start + self.batch]):
                 with self._lock:
                     waiters = self._waiters.pop(run.id, [])
                 for waiter in waiters:
@@ -128,8 +150,7 @@ class SegmentWatch:
         return woken
 
 
-def _read_final(ids: list[UUID]) -> list[Any]:
-    from prefect.client.orchestration import get_client
+def _read_final(client: Any, ids: list[UUID]) -> list[Any]:
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterId,
@@ -140,5 +161,4 @@ def _read_final(ids: list[UUID]) -> list[Any]:
 
     flt = FlowRunFilter(id=FlowRunFilterId(any_=ids), state=FlowRunFilterState(
         type=FlowRunFilterStateType(any_=[StateType[name] for name in _FINAL])))
-    with get_client(sync_client=True) as client:
-        return client.read_flow_runs(flow_run_filter=flt, limit=len(ids))
+    return client.read_flow_runs(flow_run_filter=flt, limit=len(ids))

@@ -350,7 +350,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         try:
             from work_pools.board import publish_if_changed
 
-            await publish_if_changed(_BoardSource(self._work_pool_name, self._policy, result),
+            await publish_if_changed(self.client, _BoardSource(self._work_pool_name, self._policy, result),
                                      result.decision, now)
         except Exception as exc:  # the board is informative; never stop scheduling for it
             self._logger.debug("queue board not published: %s", exc)

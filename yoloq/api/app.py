@@ -16,6 +16,9 @@ from yoloq.base.errors import UserError
 
 
 def create_app() -> FastAPI:
+    from yoloq.base.prefect_tls import share_client_tls_context
+
+    share_client_tls_context()
     from yoloq.api import cluster, jobs, teams_routes
 
     app = FastAPI(title="yoloq", version=__version__, docs_url="/docs", openapi_url="/openapi.json",

@@ -25,8 +25,10 @@ def stack_client() -> Iterator[Any]:
     """
     from yoloq.base.paths import state_paths
     from yoloq.base.prefect_auth import check_access
+    from yoloq.base.prefect_tls import share_client_tls_context
     from yoloq.ops.stack import current_stack, use_stack
 
+    share_client_tls_context()
     paths = state_paths()
     explicit = explicit_api_url()
     if explicit is None and not paths.root.is_dir():
