@@ -51,3 +51,22 @@ def test_up_through_the_cli_names_the_port_in_one_line(listener, tmp_path):
 def test_mlflow_server_refuses_a_taken_port(listener, tmp_path):
     with pytest.raises(RuntimeError, match=f"port {listener} is already in use"):
         mlflow_server.start(listener, f"sqlite:///{tmp_path / 'm.db'}", str(tmp_path / "art"))
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free_again():
+    """A server stopped with connections open leaves them in TIME_WAIT: restarting on the same
+    port (yoloq up after down, an MLflow server restarted) must not be refused."""
+    port = free_port(1)
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen()
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: its end goes to TIME_WAIT
+    client.close()
+    server.close()
+    with socket.socket() as plain:  # the kernel still holds the port for a plain bind
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert not port_taken(port)

@@ -128,10 +128,13 @@ def up(port: int | None = None, echo=print) -> Stack:
 
 
 def port_taken(port: int) -> bool:
-    """True when another process listens on (or holds) loopback `port`."""
+    """True when another process listens on (or holds) loopback `port`. Bound as servers bind
+    (SO_REUSEADDR), so the TIME_WAIT connections a stopped server leaves behind do not count:
+    a restart on the same port must work."""
     import socket
 
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
