@@ -1,7 +1,8 @@
 """Node records: each node agent publishes its GPU inventory and a heartbeat in Prefect.
 
 One Prefect Variable per node, named `yoloq-node-<name>`, holds JSON:
-`{"name", "host", "pid", "heartbeat_at", "gpus": [...], "live_runs": [...]}`.
+`{"name", "pool", "host", "pid", "heartbeat_at", "gpus": [...], "live_runs": [...]}`.
+Node names are unique on one Prefect server; a pool's scheduler reads only its pool's nodes.
 `live_runs` lists the segment flow runs whose processes are still alive on the node,
 so the scheduler keeps their GPUs busy until the process has really exited (a run
 reaches a final state a moment before its process ends). A node whose heartbeat is
@@ -33,6 +34,7 @@ class NodeRecord:
     live_runs: tuple[str, ...] = ()
     host: str = ""
     pid: int = 0
+    pool: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def alive(self, now: float, timeout_s: float | None = None) -> bool:
@@ -46,6 +48,12 @@ def node_timeout_s() -> float:
     except ValueError:
         raise UserError("YOLOQ_NODE_TIMEOUT_S", f"{value!r} is not a number of seconds",
                         "set it to e.g. 30") from None
+
+
+def heartbeat_every_s() -> float:
+    """How often a node publishes its record: a sixth of the node timeout, 1 to 5 s, so
+    a few beats may be lost or late before the node counts as lost."""
+    return min(5.0, max(1.0, node_timeout_s() / 6))
 
 
 def validate_node_name(name: str) -> str:
@@ -74,7 +82,7 @@ def variable_name(node: str) -> str:
 
 
 def to_value(record: NodeRecord) -> dict[str, Any]:
-    return {"name": record.name, "host": record.host, "pid": record.pid,
+    return {"name": record.name, "pool": record.pool, "host": record.host, "pid": record.pid,
             "heartbeat_at": record.heartbeat_at, "live_runs": list(record.live_runs),
             "gpus": [_gpu_value(g) for g in record.gpus], **record.extra}
 
@@ -92,7 +100,8 @@ def from_value(value: Any) -> NodeRecord | None:
         return NodeRecord(name=str(value["name"]), gpus=gpus,
                           heartbeat_at=float(value["heartbeat_at"]),
                           live_runs=tuple(str(r) for r in value.get("live_runs") or []),
-                          host=str(value.get("host", "")), pid=int(value.get("pid") or 0))
+                          host=str(value.get("host", "")), pid=int(value.get("pid") or 0),
+                          pool=str(value.get("pool") or ""))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -103,9 +112,10 @@ def _gpu_value(gpu: GpuInfo) -> dict[str, Any]:
 
 
 def make_record(name: str, gpus: list[GpuInfo], live_runs: list[str],
-                now: float | None = None) -> NodeRecord:
+                now: float | None = None, pool: str = "") -> NodeRecord:
     return NodeRecord(name=name, gpus=tuple(gpus), heartbeat_at=now or time.time(),
-                      live_runs=tuple(live_runs), host=socket.gethostname(), pid=os.getpid())
+                      live_runs=tuple(live_runs), host=socket.gethostname(), pid=os.getpid(),
+                      pool=pool)
 
 
 async def publish(client: Any, record: NodeRecord) -> None:
@@ -123,11 +133,25 @@ async def remove(client: Any, node: str) -> None:
         pass
 
 
-async def read_nodes(client: Any) -> list[NodeRecord]:
-    """Every node record of the stack, live or stale, sorted by name."""
-    variables = await client.read_variables()
-    records = [from_value(v.value) for v in variables if v.name.startswith(NODE_VARIABLE_PREFIX)]
-    return sorted((r for r in records if r is not None), key=lambda r: r.name)
+async def read_nodes(client: Any, pool: str | None = None) -> list[NodeRecord]:
+    """Every node record of the stack (of `pool` when given; a record that names no pool
+    counts for every pool), live or stale, sorted by name."""
+    from work_pools.prefect_vars import read_variables_named
+
+    return _records(await read_variables_named(client, NODE_VARIABLE_PREFIX), pool)
+
+
+def read_nodes_sync(client: Any, pool: str | None = None) -> list[NodeRecord]:
+    """`read_nodes` through a sync client."""
+    from work_pools.prefect_vars import read_variables_named_sync
+
+    return _records(read_variables_named_sync(client, NODE_VARIABLE_PREFIX), pool)
+
+
+def _records(variables: list[Any], pool: str | None) -> list[NodeRecord]:
+    records = (from_value(v.value) for v in variables)
+    return sorted((r for r in records if r is not None and (not pool or r.pool in ("", pool))),
+                  key=lambda r: r.name)
 
 
 def live_pool_gpus(now: float | None = None) -> list[tuple[str, GpuInfo]]:

@@ -1,8 +1,9 @@
 """The `yolo-gpu` worker: the node agent of one GPU host, and the pool's scheduler when
 it holds the lease.
 
-Every poll a node agent (1) publishes its GPU inventory, a heartbeat and the runs
-whose processes are alive (`work_pools.nodes`); (2) if it holds the pool's scheduler
+A node agent (1) publishes its GPU inventory, a heartbeat and the runs whose processes
+are alive (`work_pools.nodes`), from its own task: every few seconds and whenever a
+process starts or exits, so no pass waits on that write. Every poll, (2) if it holds the pool's scheduler
 lease (`work_pools.lease`), decides for every node of the pool
 (`work_pools.pool_scheduler`) and publishes the one queue board; (3) starts the
 segments the scheduler assigned to this node, on the GPUs assigned, as processes with
@@ -43,7 +44,7 @@ from yoloq.base.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
 ORPHAN_CHECK_S = 5.0
 EVENT_COALESCE_S = 0.05  # events this close together start one pass (a burst of submissions)
-STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often  # how often a node looks for its runs that have no live process
+STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often
 
 
 class YoloGpuJobConfiguration(BaseJobConfiguration):
@@ -102,6 +103,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self.last_pass: PassResult | None = None
         self.wake = events_wake.WakeStats()
         self._wake_scope: anyio.CancelScope | None = None
+        self._heartbeat_due: anyio.Event | None = None
+        self.heartbeats = 0
 
     @property
     def is_leader(self) -> bool:
@@ -116,6 +119,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                           ", ".join(f"{g.index}:{g.name} {g.mem_total_gb:.0f}GB" for g in self._gpus))
         await self._fail_leftovers()
         await self._heartbeat()
+        self._heartbeat_due = anyio.Event()
+        self._runs_task_group.start_soon(self._heartbeat_loop)
         self._pass_lock = anyio.Lock()
         self._wake_event = anyio.Event()
         self._wake_cause: tuple[str, float] | None = None
@@ -126,6 +131,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._stopping = True
         if self._wake_scope is not None:
             self._wake_scope.cancel()
+        self._live_runs_changed()  # wakes the heartbeat loop, which sees _stopping and ends
         await self._stop_all_segments("node agent shutting down")
         if getattr(self, "_starter", None) is not None:
             self._starter.close()
@@ -195,7 +201,6 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     async def _poll_once(self, flow_run_response: list[Any]) -> list[Any]:
         now = time.time()
         await self._refresh_own_runs()
-        await self._heartbeat()
         await self._reload_policy(now)
         if await self._lease.hold(self.client):
             await self._lead(now)
@@ -208,7 +213,9 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
 
     async def _lead(self, now: float) -> None:
         """Decide for the whole pool (only the lease holder gets here)."""
-        records = await nodes.read_nodes(self.client)
+        records = [r for r in await nodes.read_nodes(self.client, self._work_pool_name)
+                   if r.name != self.node_name]
+        records.append(self._own_record())  # this node's own, as of now (no write needed)
         result = await self._scheduler.run_pass(self.client, records, self._policy, now)
         self.last_pass = result
         for run_id, (node, gpus) in result.assigned.items():
@@ -256,9 +263,32 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             started.append(run)
         return started
 
+    def _own_record(self) -> nodes.NodeRecord:
+        return nodes.make_record(self.node_name, self._gpus, [str(i) for i in self._pids],
+                                 pool=self._work_pool_name)
+
     async def _heartbeat(self) -> None:
-        record = nodes.make_record(self.node_name, self._gpus, [str(i) for i in self._pids])
-        await nodes.publish(self.client, record)
+        await nodes.publish(self.client, self._own_record())
+        self.heartbeats += 1
+
+    async def _heartbeat_loop(self) -> None:
+        """Publish the node record every `heartbeat_every_s()` and as soon as a segment
+        process starts or exits. On SQLite this upsert waits seconds for the write lock
+        under load; in its own task it delays no scheduling pass."""
+        while not self._stopping:
+            with anyio.move_on_after(nodes.heartbeat_every_s()):
+                await self._heartbeat_due.wait()
+            self._heartbeat_due = anyio.Event()
+            if self._stopping:  # teardown removes the record; a late beat must not restore it
+                return
+            try:
+                await self._heartbeat()
+            except Exception as exc:  # the API restarting: the next beat tries again
+                self._logger.warning("heartbeat not published (%s)", " ".join(str(exc).split())[:200])
+
+    def _live_runs_changed(self) -> None:
+        if self._heartbeat_due is not None:
+            self._heartbeat_due.set()
 
     async def _reload_policy(self, now: float) -> None:
         """Re-read the policy block now and then, so quota and weight changes apply live."""
@@ -368,6 +398,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         cwd = configuration.working_dir or Path.cwd()
         process = await self._starter.start_segment(env, cwd, configuration.stream_output)
         self._pids[flow_run.id] = process.pid
+        self._live_runs_changed()
         self._started_at[flow_run.id] = time.time()
         processes.record_pid(flow_run.id, process.pid, self.node_name)
         if task_status is not None:
@@ -377,6 +408,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         finally:
             processes.forget_pid(flow_run.id, self.node_name)
             self._release(flow_run.id)
+            self._live_runs_changed()
             self._slot_freed(flow_run.id)
         return YoloGpuWorkerResult(status_code=code, identifier=str(process.pid))
 

@@ -224,6 +224,15 @@ def _set_block_data(document_id, data: dict[str, Any]) -> None:
         client.update_block_document(document_id, BlockDocumentUpdate(data=data, merge_existing_data=False))
 
 
+def _crashed_segment_or_final(job_id: str):
+    """The first crashed segment of the job; else its last segment once it is final."""
+    runs = [s for s in segments(job_id) if s.state]
+    crashed = next((s for s in runs if s.state.is_crashed()), None)
+    if crashed or (runs and all(s.state.is_final() for s in runs) and len(runs) >= 3):
+        return crashed or runs[-1]
+    return None
+
+
 @pytest.mark.service
 @pytest.mark.training
 @pytest.mark.timeout(1500)  # a whole job on the stack, stack start included
@@ -237,23 +246,29 @@ def test_unreadable_store_block_crashes_the_segment_and_the_job_resumes(yoloq_st
     document = _block_document(settings.CHECKPOINT_BLOCK)
     good = dict(document.data)
     try:
-        job = submit(write_spec(tmp_path / "job.yaml", tiny_dataset, name="block-fault", epochs=2,
+        # Three one-epoch segments: the block is corrupted once epoch 1 is stored. The second
+        # segment may have loaded the good block already (its start races the update), but the
+        # third is created only after the second has ended, so one of them meets the bad block.
+        job = submit(write_spec(tmp_path / "job.yaml", tiny_dataset, name="block-fault", epochs=3,
                                 segment_epochs=1, export=[]))
         store = LocalCheckpointStore(path=str(shared))
         wait_for(lambda: store.latest(job), "epoch 1 in the configured store")
         _set_block_data(document.id, {**good, "keep": "not-a-number"})  # a corrupt document
-        crashed = wait_for(lambda: next((s for s in segments(job) if s.state and s.state.is_crashed()),
-                                        None), "a segment crashed by the unreadable block")
+        stored_at_corruption = store.latest(job).epoch
+        assert stored_at_corruption < 3, "the job ended before the block was corrupted"
+        crashed = wait_for(lambda: _crashed_segment_or_final(job),
+                           "a segment crashed by the unreadable block")
+        assert crashed.state.is_crashed(), f"no segment met the corrupt block: {crashed.state}"
         broken_at = time.monotonic()
         _set_block_data(document.id, good)
-        result = assert_job_recovered(job, 2)
+        result = assert_job_recovered(job, 3)
     finally:
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:
             client.delete_block_document(document.id)
     assert "could not be loaded" in crashed.state.message and "\n" not in crashed.state.message
-    assert result["trainings"] == {1: 1, 2: 1}
+    assert result["trainings"] == {1: 1, 2: 1, 3: 1}
     default = yoloq_stack.paths.checkpoints / job
     assert not default.exists(), "nothing was written to the node-local default store"
     report("checkpoint-store block unreadable", crash_message=crashed.state.message[:120],

@@ -81,7 +81,7 @@ def _read_source(source: str, reader: Any, scrape: Scrape) -> tuple[list[Metric]
 
 def _nodes(scrape: Scrape) -> Iterator[Metric]:
     client, now = scrape.client, scrape.now
-    from work_pools.nodes import NODE_VARIABLE_PREFIX, from_value
+    from work_pools.nodes import read_nodes_sync
     from work_pools.pool_scheduler import assignment
 
     busy = {(node, gpu) for run in open_pool_runs(client) for node, gpus in [assignment(run) or ("", ())]
@@ -92,9 +92,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     alive = GaugeMetricFamily("yoloq_node_up", "1 while the node's heartbeat is fresh", labels=["node"])
     age = GaugeMetricFamily("yoloq_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat",
                             labels=["node"])
-    records = [from_value(v.value) for v in client.read_variables()
-               if v.name.startswith(NODE_VARIABLE_PREFIX)]
-    for node in sorted((r for r in records if r is not None), key=lambda r: r.name):
+    for node in read_nodes_sync(client):
         alive.add_metric([node.name], 1 if node.alive(now) else 0)
         age.add_metric([node.name], max(0.0, now - node.heartbeat_at))
         if not node.alive(now):  # a lost node's GPUs are no capacity (its record stays, up=0)

@@ -195,11 +195,10 @@ def _pool_gpus(client, gpu: str | None):
 def live_nodes(client) -> list:
     """The live node records, read through this sync client (as `work_pools.nodes.read_nodes`
     does through an async one: a new client per call costs more than the read)."""
-    from work_pools.nodes import NODE_VARIABLE_PREFIX, from_value
+    from work_pools.nodes import read_nodes_sync
 
     now = time.time()
-    records = [from_value(v.value) for v in client.read_variables() if v.name.startswith(NODE_VARIABLE_PREFIX)]
-    return sorted((r for r in records if r is not None and r.alive(now)), key=lambda r: r.name)
+    return [r for r in read_nodes_sync(client) if r.alive(now)]
 
 
 def job_deployment_id(client):
