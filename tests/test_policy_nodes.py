@@ -9,6 +9,7 @@ import pytest
 
 from work_pools.policy import Gpu, Policy, Snapshot, decide
 from work_pools.policy.builders import make_gpus, make_job
+from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
 POLICY = Policy(min_runtime_s=300, aging_step_s=3600)
@@ -120,3 +121,80 @@ def test_same_index_on_two_nodes_are_different_gpus():
     decision = decide(snapshot(pool, running, [wait("w", mem=20.0)]), POLICY, NOW)
     (admission,) = decision.admit
     assert (admission.node, admission.gpu_indices) == ("b", (0,))
+
+
+# -- a victim stopping for a job is kept for that job (load test: one job, two victims) ------
+
+LOAD_POLICY = Policy(min_runtime_s=0)  # the load test's: anyone may be preempted at once
+
+
+def asked_to_stop(running, decision):
+    """The running segments as the next pass reads them back: each victim of `decision`
+    labelled `yoloq.preempt=requested` and `yoloq.preempted_by=<its preemptor's job>`."""
+    by = {p.segment_id: p.by_job_id for p in decision.preempt}
+    return [replace(r, stopping=True, stopping_for=by[r.id]) if r.id in by else r for r in running]
+
+
+def full_pool():
+    """Three nodes of two slots, all busy: two low jobs (the only victims of a high job)."""
+    pool = nodes(n1="2xV100-32GB", n2="2xV100-32GB", n3="2xV100-32GB")
+    running = [run_on("v1", "n1", 0), run_on("v2", "n2", 0), run_on("h1", "n1", 1, tier="high"),
+               run_on("h2", "n2", 1, tier="high"), run_on("h3", "n3", 0, tier="high"),
+               run_on("h4", "n3", 1, tier="high")]
+    return pool, running
+
+
+@pytest.mark.parametrize("newcomer", [
+    pytest.param(wait("q", tier="urgent"), id="a-more-urgent-job-arrives"),
+    pytest.param(replace(wait("q", tier="high"), est_remaining_s=60.0),
+                 id="a-shorter-high-job-arrives"),
+])
+def test_a_stopping_victim_is_kept_for_its_preemptor_across_passes(newcomer):
+    """Pass 1: high job p asks low v1 to stop. Pass 2, v1 still training to its epoch boundary:
+    q arrives and comes first in the queue. q used to take v1 (a stopping victim was anybody's),
+    so p asked v2 too: two victims for one single-GPU job. Now q preempts for itself."""
+    pool, running = full_pool()
+    p = wait("p", tier="high")
+    first = decide(snapshot(pool, running, [p]), LOAD_POLICY, NOW)
+    assert [(x.job_id, x.by_job_id) for x in first.preempt] == [("v1", "p")]
+    running = asked_to_stop(running, first)
+
+    second = decide(snapshot(pool, running, [newcomer, p]), LOAD_POLICY, NOW + 1)
+    assert [(x.job_id, x.by_job_id) for x in second.preempt] == [("v2", "q")]
+    assert "GPU 0 on n1 frees when job v1 stops" in second.waiting["p/s1"]
+    running = asked_to_stop(running, second)
+
+    third = decide(snapshot(pool, running, [newcomer, p]), LOAD_POLICY, NOW + 2)
+    assert third.preempt == ()
+    assert "GPU 0 on n1 frees when job v1 stops" in third.waiting["p/s1"]
+    assert "GPU 0 on n2 frees when job v2 stops" in third.waiting["q/s1"]
+
+
+def test_a_job_ahead_that_cannot_preempt_does_not_hide_the_kept_victim():
+    """q (same tier, first in the queue) finds no victim: that failure is not remembered for
+    p, whose victim is kept for it."""
+    pool, running = full_pool()
+    running = [replace(r, stopping=True, stopping_for="p") if r.job_id == "v1" else
+               replace(r, tier=Tier.HIGH) if r.job_id == "v2" else r for r in running]
+    q = replace(wait("q", tier="high"), est_remaining_s=60.0)
+    decision = decide(snapshot(pool, running, [q, wait("p", tier="high")]), LOAD_POLICY, NOW)
+    assert decision.preempt == ()
+    assert "GPU 0 on n1 frees when job v1 stops" in decision.waiting["p/s1"]
+    assert "frees when" not in decision.waiting["q/s1"]
+
+
+@pytest.mark.parametrize("p_waits", [
+    pytest.param(False, id="its-job-no-longer-waits"),
+    pytest.param(True, id="its-job-got-a-free-gpu-first"),
+])
+def test_a_kept_victim_is_anybodys_once_its_job_needs_it_no_more(p_waits):
+    pool = nodes(n1="2xV100-32GB", n2="1xV100-32GB")
+    running = [replace(run_on("v1", "n1", 0), stopping=True, stopping_for="p"),
+               run_on("h1", "n1", 1, tier="high")]
+    if not p_waits:
+        running.append(run_on("u1", "n2", 0, tier="urgent"))
+    waiting = [wait("p", tier="urgent")] * p_waits + [wait("q", tier="high")]
+    decision = decide(snapshot(pool, running, waiting), LOAD_POLICY, NOW)
+    assert decision.preempt == ()
+    assert [a.job_id for a in decision.admit] == ["p"] * p_waits
+    assert "GPU 0 on n1 frees when job v1 stops" in decision.waiting["q/s1"]

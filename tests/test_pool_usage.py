@@ -154,3 +154,15 @@ def test_running_segments_carry_their_uninterrupted_hold_and_measured_epoch_time
     assert seg.held_since == NOW - 1000
     speed = snap.gpus[0].speed
     assert seg.measured_epoch_s == pytest.approx((300 / 2) * speed)
+
+
+def test_a_running_segment_asked_to_stop_carries_the_job_it_stops_for():
+    """The next pass keeps a victim for its preemptor: `yoloq.preempted_by` reaches `decide`."""
+    from work_pools.scheduling import build_snapshot
+
+    gpu = GpuInfo(index=0, uuid="u", name="CPU", mem_total_gb=8, mem_free_gb=8, kind="declared")
+    asked = _view(0, {"yoloq.preempt": "requested", "yoloq.preempted_by": "job-p"})
+    done = _view(0, {"yoloq.preempted_by": "job-p"})  # label left over, not asked again: ignored
+    on_gpu = {asked.flow_run_id: (0,), done.flow_run_id: (0,)}
+    snap = build_snapshot([gpu], [asked, done], [], on_gpu, {}, {asked.flow_run_id}, {})
+    assert [(s.stopping, s.stopping_for) for s in snap.running] == [(True, "job-p"), (False, "")]

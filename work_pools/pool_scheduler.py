@@ -34,7 +34,7 @@ from uuid import UUID
 from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
 from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
-from work_pools.segments import SegmentView, segment_view
+from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
 from yoloq.base.settings import PREEMPT_LABEL
@@ -294,7 +294,7 @@ async def _apply_preemptions(client: Any, decision: WorkerDecision,
 
     for stop in decision.preempt:
         await client.update_flow_run_labels(stop.flow_run_id, {
-            PREEMPT_LABEL: "requested", "yoloq.preempted_by": stop.by_job,
+            PREEMPT_LABEL: "requested", PREEMPTED_BY_LABEL: stop.by_job,
             "yoloq.preempt_reason": stop.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}"})
         emit_preemption(views.get(stop.flow_run_id), stop.by_job, stop.reason)
 
@@ -311,7 +311,7 @@ async def _apply_throttles(client: Any, decision: WorkerDecision, pool_gpus: Poo
             continue
         node, local = pool_gpus.where[throttle.gpu_index]
         await client.update_flow_run_labels(view.flow_run_id, {
-            PREEMPT_LABEL: "requested", "yoloq.preempted_by": throttle.for_job_id,
+            PREEMPT_LABEL: "requested", PREEMPTED_BY_LABEL: throttle.for_job_id,
             "yoloq.preempt_reason": throttle.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}",
             THROTTLE_LABEL: str(throttle.new_batch), THROTTLE_GPU_LABEL: f"{node}:{local}"})
         emit_preemption(view, throttle.for_job_id, throttle.reason)

@@ -14,7 +14,7 @@ from uuid import UUID
 from work_pools import ledger as usage_ledger
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import LOCAL_NODE, Decision, Gpu, Policy, Segment, Snapshot
-from work_pools.segments import SegmentView
+from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView
 from yoloq.domain import gpus as gpu_catalog
 
 DEFAULT_MIN_GRACE_S = 60.0
@@ -202,13 +202,15 @@ def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | N
 def _running_segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float,
                      stopping: bool, history: _History, node_of: dict[int, str],
                      speed_of: dict[int, float]) -> Segment:
-    """A running segment, with how long its job has held a GPU without a real break and its
-    measured epoch time scaled to speed 1.0 (what SRPT orders by once an epoch ended)."""
+    """A running segment, with how long its job has held a GPU without a real break, its
+    measured epoch time scaled to speed 1.0 (what SRPT orders by once an epoch ended) and,
+    when stopping, the job it stops for (its GPUs are kept for that job)."""
     seg = _segment(view, gpu_indices, started, stopping, history, node_of)
     speed = min((speed_of.get(i, 1.0) for i in gpu_indices), default=1.0)
     done = view.progress_epoch - view.epochs_done
     measured = epoch_time_here(started, view, speed) * speed if done > 0 else None
     return replace(seg, held_since=history.held_since(view.job_id, started),
+                   stopping_for=view.labels.get(PREEMPTED_BY_LABEL, "") if stopping else "",
                    measured_epoch_s=measured,  # its memory model: soft preemption may shrink it
                    mem_per_image_gb=view.mem_per_image_gb)
 

@@ -15,6 +15,7 @@ from uuid import UUID
 from yoloq.domain.tiers import Tier
 
 TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job was submitted at
+PREEMPTED_BY_LABEL = "yoloq.preempted_by"  # on a victim: the job it was asked to stop for
 
 
 @dataclass(frozen=True)

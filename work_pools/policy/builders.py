@@ -65,8 +65,9 @@ class SegmentBuilder:
                          submitted_at=min(self._seg.submitted_at, started),
                          last_checkpoint_at=checkpoint, gpus=len(indices))
 
-    def stopping(self) -> "SegmentBuilder":
-        return self._set(stopping=True)
+    def stopping(self, for_job: str = "") -> "SegmentBuilder":
+        """Asked to stop at its next boundary; `for_job` is the job it was preempted for."""
+        return self._set(stopping=True, stopping_for=for_job)
 
     def obj(self) -> Segment:
         return self._seg

@@ -46,7 +46,8 @@ class _Round:
         self.policy = policy
         self.ctx: Context = build_context(snapshot, policy, now)
         self.pool = GpuPool(snapshot.gpus, snapshot.running, policy)
-        self.planner = VictimPlanner(snapshot.running, self.ctx.ranks, self.ctx.ratios, now, policy)
+        self.planner = VictimPlanner(snapshot.running, self.ctx.ranks, self.ctx.ratios, now, policy,
+                                     snapshot.waiting)
         self.queue = FairQueue(snapshot.waiting, self.ctx)
         self.admit: list[Admission] = []
         self.preempt: list[Preemption] = []
@@ -119,6 +120,8 @@ class _Round:
         speed = min(self.pool.gpus[s].speed for s in slots)
         self.pool.take(slots, seg.id, mem)
         self.queue.charge(seg.team, fairshare.tu(speed, self.policy.segment_s, seg.gpus))
+        if self.planner.release(seg.job_id):
+            self.no_victims = _FailureMemo()  # its stopping victim is free for all: more victims
 
     def try_preempt(self, seg: Segment, rank: int) -> bool:
         if not self.planner.any:
@@ -128,11 +131,13 @@ class _Round:
         rank = self.queue.preemption_rank(seg, rank)
         if self.policy.soft_preemption and seg.gpus == 1 and self.try_throttle(seg, rank):
             return True
-        if self.no_victims.failed(kind, rank, seg.gpus, seg.est_mem_gb):
+        claim = self.planner.has_claim(seg)  # may take a victim kept for it: memo does not apply
+        if not claim and self.no_victims.failed(kind, rank, seg.gpus, seg.est_mem_gb):
             return False
         plan = self.planner.plan(seg, rank, self.pool)
         if plan is None:
-            self.no_victims.add(kind, rank, seg.gpus, seg.est_mem_gb)
+            if not claim:
+                self.no_victims.add(kind, rank, seg.gpus, seg.est_mem_gb)
             return False
         self.planner.commit(plan)
         self.pool.reserve(plan.gpu_indices)

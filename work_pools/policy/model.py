@@ -70,6 +70,7 @@ class Segment:
     started_at: float | None = None
     last_checkpoint_at: float | None = None
     stopping: bool = False  # a preemption was already requested
+    stopping_for: str = ""  # job the requested preemption frees its GPUs for ("": nobody)
     node: str = LOCAL_NODE  # where a running segment's `gpu_indices` are
     held_since: float | None = None  # start of the job's uninterrupted hold (None: started_at)
     measured_epoch_s: float | None = None  # mean measured epoch time at speed 1.0 (SRPT)

@@ -6,7 +6,9 @@ progressed, id), adding the freed memory GPU by GPU until the waiting segment
 would fit on one node (free GPUs of that node count first); victims that turn
 out not to sit on the chosen GPUs are dropped again. Nothing is preempted
 unless the segment then fits. Segments inside their minimum runtime are never
-victims. GPUs are pool slots (`placement.GpuPool`).
+victims. A victim already stopping for a job that still waits is kept for that
+job: otherwise a later pass hands it to whoever comes first, and the job it was
+asked for preempts a second one. GPUs are pool slots (`placement.GpuPool`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class _NodeState:
 
 class VictimPlanner:
     def __init__(self, running: Iterable[Segment], ranks: Mapping[str, int],
-                 ratios: Mapping[str, float], now: float, policy: Policy) -> None:
+                 ratios: Mapping[str, float], now: float, policy: Policy,
+                 waiting: Iterable[Segment] = ()) -> None:
+        running = list(running)
         self.ranks = ranks
         self.ratios = ratios
         self.policy = policy
@@ -65,6 +69,10 @@ class VictimPlanner:
             if policy.soft_preemption else []
         self.sheltered.sort(key=lambda v: rules.victim_key(v, ranks[v.id], now))
         self.taken: set[str] = set()
+        waiting_jobs = {s.job_id for s in waiting}
+        # jobs still waiting for a victim already asked to stop on their behalf
+        self.claimants = {v.stopping_for for v in running if v.stopping and v.stopping_for
+                          and v.stopping_for in waiting_jobs}
         self._head = 0  # self.order[:_head] are all taken
         self._softest_at, self._softest_rank = -1, 0
         self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
@@ -87,9 +95,21 @@ class VictimPlanner:
         top = self.ranks[first.id]
         return top < rank or (top == rank and not self._fair_share_equal)
 
+    def has_claim(self, seg: Segment) -> bool:
+        """Is a stopping victim kept for this segment's job (more victims than for others)?"""
+        return seg.job_id in self.claimants
+
+    def release(self, job_id: str) -> bool:
+        """The job got GPUs some other way: a victim stopping for it is anybody's now.
+        True when it had one (the pool of possible victims grew)."""
+        if job_id not in self.claimants:
+            return False
+        self.claimants.discard(job_id)
+        return True
+
     def may_preempt(self, seg: Segment, rank: int, victim: Segment) -> bool:
         if victim.stopping:
-            return True
+            return victim.stopping_for == seg.job_id or victim.stopping_for not in self.claimants
         victim_rank = self.ranks[victim.id]
         if rules.outranks(rank, victim_rank):
             return True

@@ -131,15 +131,21 @@ def port_taken(port: int) -> bool:
     """True when another process listens on (or holds) loopback `port`. Bound as servers bind
     (SO_REUSEADDR), so the TIME_WAIT connections a stopped server leaves behind do not count:
     a restart on the same port must work."""
+    return not _binds(port, reuse_addr=True)
+
+
+def _binds(port: int, reuse_addr: bool) -> bool:
+    """Whether a socket can bind loopback `port` right now (released at once)."""
     import socket
 
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_addr:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
-            return True
-    return False
+            return False
+    return True
 
 
 def _refuse_taken_port(port: int, setting: str) -> None:
@@ -309,18 +315,12 @@ def free_port(span: int = 2) -> int:
     Chosen below the kernel's ephemeral range: a port from that range can be taken as the
     source port of any outgoing connection between this check and the server's bind."""
     import random
-    import socket
 
     low_ephemeral = _ephemeral_floor()
     for _ in range(200):
         port = random.randrange(20000, low_ephemeral - span)
-        try:
-            for offset in range(span):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port + offset))
-        except OSError:
-            continue
-        return port
+        if all(_binds(port + offset, reuse_addr=False) for offset in range(span)):
+            return port
     raise UserError("ports", f"no {span} free consecutive loopback ports below {low_ephemeral}",
                     "set YOLOQ_PORT")
 
