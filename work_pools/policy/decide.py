@@ -75,11 +75,18 @@ class _Round:
         """Reasons for every segment the queue has not reached (the order no longer matters:
         a reason depends only on the segment and the exhausted pool)."""
         admitted = {a.segment_id for a in self.admit}
+        delayed, yielding = self.ctx.delayed_teams, self.queue.yielding
+        by_size: dict[tuple[int, float], str] = {}  # the reason of a plain segment: its size's
         for seg in self.queue.segments:
             if seg.id in self.waiting or seg.id in admitted:
                 continue
-            possible = self.pool.could_ever_fit(seg)
-            self.waiting[seg.id] = self.why_waiting(seg) if possible else _too_big(seg, self.pool)
+            if seg.team in delayed or seg.id in yielding:
+                self.waiting[seg.id] = self.reason(seg)
+                continue
+            size = (seg.gpus, seg.est_mem_gb)
+            if size not in by_size:
+                by_size[size] = self.reason(seg)
+            self.waiting[seg.id] = by_size[size]
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""
@@ -88,7 +95,11 @@ class _Round:
             return
         if self.policy.allow_reduced_batch and self.try_reduced(seg):
             return
-        self.waiting[seg.id] = self.why_waiting(seg) if possible else _too_big(seg, self.pool)
+        self.waiting[seg.id] = self.reason(seg)
+
+    def reason(self, seg: Segment) -> str:
+        """Why `seg` waits once nothing could start it."""
+        return self.why_waiting(seg) if self.pool.could_ever_fit(seg) else _too_big(seg, self.pool)
 
     def try_place(self, seg: Segment) -> bool:
         small = self.policy.share_gpus and seg.gpus == 1

@@ -17,13 +17,13 @@ order. Ties: submission order, then id.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from work_pools.policy import fairshare, rules
 from work_pools.policy.model import DELAYED_RANK, Policy, QuotaBreach, Snapshot, Segment
-from work_pools.policy.priority import effective_priority, is_starving
+from work_pools.policy.priority import ranker, starvation_bound_s
 
 _ALL = "*"  # the single queue used when fair share is off
 
@@ -45,8 +45,8 @@ class Context:
 def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
     breaches = fairshare.quota_breaches(snapshot.team_period_tu, policy)
     delayed = frozenset(b.team for b in breaches)
-    ranks = {s.id: effective_priority(s, now, policy, delayed=s.team in delayed)
-             for s in (*snapshot.running, *snapshot.waiting)}
+    rank = ranker(now, policy)
+    ranks = {s.id: rank(s, s.team in delayed) for s in (*snapshot.running, *snapshot.waiting)}
     teams = {s.team for s in snapshot.running} | {s.team for s in snapshot.waiting}
     ratios = fairshare.share_ratios(snapshot.team_usage_tu, teams, policy)
     usage = {t: snapshot.team_usage_tu.get(t, 0.0) for t in teams}
@@ -72,9 +72,18 @@ def srpt_key(seg: Segment, now: float, policy: Policy) -> float:
     """Shortest remaining work first, aged: the work shrinks by a factor 1 + waited /
     `srpt_aging_s`, so a long job that waits overtakes new short work eventually (and
     the starvation bound of `priority` still applies on top)."""
-    waited = max(0.0, now - seg.waiting_since)
-    aging = 1.0 + waited / policy.srpt_aging_s if policy.srpt_aging_s > 0 else 1.0
-    return remaining_work(seg) / aging
+    return srpt_keyer(now, policy)(seg)
+
+
+def srpt_keyer(now: float, policy: Policy) -> Callable[[Segment], float]:
+    """`srpt_key` with the policy resolved once (a pass keys every waiting segment)."""
+    aging_s = policy.srpt_aging_s
+
+    def key(seg: Segment) -> float:
+        aging = 1.0 + max(0.0, now - seg.waiting_since) / aging_s if aging_s > 0 else 1.0
+        return remaining_work(seg) / aging
+
+    return key
 
 
 class FairQueue:
@@ -96,16 +105,18 @@ class FairQueue:
         self._total_usage = sum(max(0.0, self.usage.get(t, 0.0)) for t in teams)
         seventy = rules.long_job_rule_on(policy) and bool(short_ranks)
         aging = policy.ordering == "tier" and policy.aging_step_s > 0
+        bound = starvation_bound_s(policy)
+        keyer = srpt_keyer(now, policy) if srpt else None
         buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for seg in waiting:
             rank = ranks[seg.id]
             yields = seventy and rank in short_ranks and rules.yields_to_short(seg, True, policy)
             if yields:
                 self.yielding.add(seg.id)
-            starving = aging and is_starving(seg, now, policy)
+            starving = aging and seg.started_at is None and now - seg.waiting_since >= bound
             if starving:
                 self.starving.add(seg.id)
-            key = ((srpt_key(seg, now, policy) if srpt else 0.0), seg.submitted_at, seg.id)
+            key = (keyer(seg) if keyer else 0.0, seg.submitted_at, seg.id)
             buckets[(rank, not starving, yields)][seg.team if fair else _ALL].append((key, seg))
         self.buckets = buckets
 
@@ -137,7 +148,7 @@ class FairQueue:
         entitled = self._weights.get(team, 1.0) / self._total_weight
         return min(max((share / entitled) ** self.ctx.policy.fair_weight_power, low), high)
 
-    def _head(self, team: str, queue: deque) -> tuple:
+    def _head(self, team: str, queue: _Lazy) -> tuple:
         """Heap key of a team's next segment: its level (turns) or weighted work (weight)."""
         if self.weighted:
             key = queue[0][0]
@@ -146,7 +157,7 @@ class FairQueue:
 
     def __iter__(self) -> Iterator[tuple[Segment, int]]:
         for (rank, *_), teams in sorted(self.buckets.items()):
-            queues = {t: deque(sorted(items, key=_first)) for t, items in teams.items()}
+            queues = {t: _Lazy(list(items)) for t, items in teams.items()}
             if self.weighted and len(queues) > 1:
                 yield from self._weighted(queues, rank)
                 continue
@@ -159,7 +170,7 @@ class FairQueue:
                     heapq.heappush(heap, (self._head(team, queues[team]), team))
 
 
-    def _weighted(self, queues: dict[str, deque], rank: int) -> Iterator[tuple[Segment, int]]:
+    def _weighted(self, queues: dict[str, _Lazy], rank: int) -> Iterator[tuple[Segment, int]]:
         """Every team's factor moves when any team is charged: re-rank the heads each time."""
         while queues:
             team = min(queues, key=lambda t: (self._head(t, queues[t]), t))
@@ -168,5 +179,21 @@ class FairQueue:
                 del queues[team]
 
 
-def _first(item: tuple) -> tuple:
-    return item[0]
+class _Lazy:
+    """A team's segments in key order, sorted only as far as they are taken: a pass usually
+    stops after a few hundred of thousands (every GPU taken, nobody left to preempt)."""
+
+    def __init__(self, items: list[tuple]) -> None:
+        heapq.heapify(items)  # keys are unique (they end with the segment id)
+        self._items = items
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __getitem__(self, index: int) -> tuple:
+        if index != 0:
+            raise IndexError("only the head of a lazy queue can be read")
+        return self._items[0]
+
+    def popleft(self) -> tuple:
+        return heapq.heappop(self._items)
