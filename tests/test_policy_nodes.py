@@ -198,3 +198,47 @@ def test_a_kept_victim_is_anybodys_once_its_job_needs_it_no_more(p_waits):
     assert decision.preempt == ()
     assert [a.job_id for a in decision.admit] == ["p"] * p_waits
     assert "GPU 0 on n1 frees when job v1 stops" in decision.waiting["q/s1"]
+
+
+# -- the GPU a victim freed is held for its preemptor (work_pools.holds) ----------------------
+
+def test_a_gpu_freed_by_a_victim_goes_to_the_job_it_stopped_for():
+    """v1 stopped for p and has exited: GPU 0 on n1 is free. q (more urgent) comes first in the
+    queue. Without the hold q takes that GPU and p preempts v2: two victims for p. With it, p
+    is admitted there and q preempts v2 for itself (one victim per preemptor)."""
+    pool, running = full_pool()
+    running = [r for r in running if r.job_id != "v1"]  # its process is gone
+    waiting = [wait("q", tier="urgent"), wait("p", tier="high")]
+    free = snapshot(pool, running, waiting)
+    unheld = decide(free, LOAD_POLICY, NOW)
+    assert [(a.job_id, a.node) for a in unheld.admit] == [("q", "n1")]
+    assert [(x.job_id, x.by_job_id) for x in unheld.preempt] == [("v2", "p")]
+
+    held = decide(replace(free, held={("n1", 0): "p"}), LOAD_POLICY, NOW)
+    assert [(a.job_id, a.node, a.gpu_indices) for a in held.admit] == [("p", "n1", (0,))]
+    assert [(x.job_id, x.by_job_id) for x in held.preempt] == [("v2", "q")]
+
+
+def test_a_hold_for_a_job_that_no_longer_waits_frees_the_gpu():
+    pool, running = full_pool()
+    running = [r for r in running if r.job_id != "v1"]
+    decision = decide(replace(snapshot(pool, running, [wait("q", tier="low")]), held={("n1", 0): "p"}),
+                      LOAD_POLICY, NOW)
+    assert [(a.job_id, a.node) for a in decision.admit] == [("q", "n1")]
+
+
+def test_stop_holds_follow_a_victim_from_stopping_to_exit_to_its_jobs_admission():
+    from work_pools.holds import HOLD_S, StopHolds
+
+    victim = replace(run_on("v1", "n1", 0), id="v1-run", stopping=True, stopping_for="p")
+    where = {0: ("n1", 3)}  # the pass's global index 0 is GPU 3 of node n1
+    holds = StopHolds()
+    holds.observe([victim, run_on("h1", "n1", 1)], where)
+    assert holds.current(["v1-run"], {"p"}, NOW) == {}, "still stopping: nothing to hold yet"
+    assert holds.current([], {"p"}, NOW + 1) == {("n1", 3): "p"}, "exited: its GPU is held for p"
+    assert holds.current([], {"p"}, NOW + 1 + HOLD_S - 1) == {("n1", 3): "p"}
+    assert holds.current([], {"p"}, NOW + 1 + HOLD_S) == {}, "expired"
+
+    holds.observe([victim], where)
+    holds.current([], {"p"}, NOW)
+    assert holds.current([], set(), NOW + 2) == {}, "p admitted or gone: the hold ends"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
+from work_pools.holds import StopHolds
 from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
 from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
@@ -96,6 +97,7 @@ class PoolScheduler:
         self.pool = pool
         self.usage = UsageBook(pool)
         self.notified: dict[str, float] = {}
+        self.holds = StopHolds()
         # (pass s, decide s, admits, preempts, when the pass ended)
         self.timings: deque[tuple[float, float, int, int, float]] = deque(maxlen=2000)
 
@@ -130,7 +132,13 @@ class PoolScheduler:
         pool_gpus = PoolGpus.of(live)
         occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
-        plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified)
+        waiting_jobs = {segment_view(r).job_id for r in pending}
+        held = self.holds.current((str(r.id) for r in occupying), waiting_jobs, now)
+        plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified,
+                         held={pool_gpus.index_of[g]: job for g, job in held.items()
+                               if g in pool_gpus.index_of})
+        if plan.decision.snapshot is not None:
+            self.holds.observe(plan.decision.snapshot.running, pool_gpus.where)
         decision, views, reserved = plan.decision, plan.views, plan.reserved
         result.decide_s = plan.decide_s
         result.decision, result.running = decision, [views[r.id] for r in occupying]
@@ -156,9 +164,11 @@ class PassPlan:
 def plan_pass(pool_gpus: PoolGpus, occupying: list[Any], pending: list[Any],
               intervals: list[SegmentInterval], policy: WorkerPolicy, now: float,
               notified: dict[str, float] | None = None,
-              extra_pending: tuple[SegmentView, ...] = ()) -> PassPlan:
+              extra_pending: tuple[SegmentView, ...] = (),
+              held: dict[int, str] | None = None) -> PassPlan:
     """The pool's decision over these runs, read-only: the leader's pass applies it, the
-    API's provisional ETA (`extra_pending`: a job not queued yet) only reads it."""
+    API's provisional ETA (`extra_pending`: a job not queued yet) only reads it. `held`:
+    GPU index -> the job an exited victim freed it for (`work_pools.holds`)."""
     views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
     reserved = {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying}
     started_at = {r.id: started_at_of(r, now) for r in occupying}
@@ -169,7 +179,7 @@ def plan_pass(pool_gpus: PoolGpus, occupying: list[Any], pending: list[Any],
     decision = schedule(list(pool_gpus.gpus), [views[r.id] for r in occupying],
                         [*(views[r.id] for r in pending), *extra_pending], reserved, started_at,
                         now, policy, asked=asked, ledger=ledger,
-                        nodes={i: node for i, (node, _) in pool_gpus.where.items()})
+                        nodes={i: node for i, (node, _) in pool_gpus.where.items()}, held=held)
     return PassPlan(decision, views, reserved, time.perf_counter() - tick)
 
 

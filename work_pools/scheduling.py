@@ -86,15 +86,20 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
              worker_policy: WorkerPolicy, asked: set[UUID] | None = None,
              usage_tu: dict[str, float] | None = None,
              ledger: usage_ledger.LedgerState | None = None,
-             nodes: dict[int, str] | None = None) -> WorkerDecision:
+             nodes: dict[int, str] | None = None,
+             held: dict[int, str] | None = None) -> WorkerDecision:
     """`ledger` (usage from the segment runs' records, `work_pools.usage`) feeds fair share,
     quotas, the 70% rule and aging; without it the policy sees no usage history. `nodes`
-    maps each GPU index to its node (the pool scheduler numbers GPUs across nodes)."""
+    maps each GPU index to its node (the pool scheduler numbers GPUs across nodes); `held`
+    maps a GPU index to the job an exited victim freed it for."""
     from work_pools.policy.decide import decide
 
     snapshot = build_snapshot(inventory, running, pending, reserved, started_at, asked or set(),
                               usage_tu or {}, ledger=ledger, now=now,
                               policy=worker_policy.policy, nodes=nodes)
+    if held:
+        snapshot = replace(snapshot, held={((nodes or {}).get(i, LOCAL_NODE), i): job
+                                           for i, job in held.items()})
     decision = decide(snapshot, worker_policy.policy, now)
     by_id = {str(v.flow_run_id): v for v in (*running, *pending)}
     return WorkerDecision(

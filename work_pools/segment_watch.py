@@ -60,7 +60,6 @@ class SegmentWatch:
         self._stop = threading.Event()
         self._log = logging.getLogger("yoloq.segment_watch")
         self._client: Any = None  # the watch thread's own client, kept between reads
-        self._client_cm: Any = None
 
     def start(self) -> None:
         events_wake.start_daemon(self._loop, "segment-watch")
@@ -122,15 +121,15 @@ class SegmentWatch:
         if self._client is None:
             from prefect.client.orchestration import get_client
 
-            self._client_cm = get_client(sync_client=True)
-            self._client = self._client_cm.__enter__()
+            client = get_client(sync_client=True)
+            self._client = client.__enter__()  # a sync client enters as itself
         return self._client
 
     def _close_client(self) -> None:
-        cm, self._client, self._client_cm = self._client_cm, None, None
-        if cm is not None:
+        client, self._client = self._client, None
+        if client is not None:
             try:
-                cm.__exit__(None, None, None)
+                client.__exit__(None, None, None)
             except Exception:  # closing a broken connection: nothing left to do
                 pass
 

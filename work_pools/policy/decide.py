@@ -49,6 +49,7 @@ class _Round:
         self.planner = VictimPlanner(snapshot.running, self.ctx.ranks, self.ctx.ratios, now, policy,
                                      snapshot.waiting)
         self.queue = FairQueue(snapshot.waiting, self.ctx)
+        self.held = self._hold(snapshot)
         self.admit: list[Admission] = []
         self.preempt: list[Preemption] = []
         self.throttle: list[Throttle] = []
@@ -56,6 +57,19 @@ class _Round:
         self.no_fit = _FailureMemo()
         self.no_victims = _FailureMemo()
         self._no_gpu: dict[tuple[int, float], str] = {}
+
+    def _hold(self, snapshot: Snapshot) -> dict[str, list[int]]:
+        """job -> free GPUs kept for it: its victim has exited, and without the hold a segment
+        ahead of it in the queue takes the GPU and the job preempts a second victim."""
+        waiting_jobs = {s.job_id for s in snapshot.waiting}
+        held: dict[str, list[int]] = {}
+        for key, job in snapshot.held.items():
+            slot = self.pool.slot_of.get(key)
+            if slot is not None and job in waiting_jobs and not self.pool.occupants[slot]:
+                held.setdefault(job, []).append(slot)
+        for slots in held.values():
+            self.pool.reserve(slots)
+        return held
 
     def run(self) -> Decision:
         for seg, rank in self.queue:
@@ -69,7 +83,7 @@ class _Round:
     def exhausted(self, rank: int) -> bool:
         """Nothing is free and nobody left may be preempted by this rank or any later one
         (ranks only grow along the queue): every segment still queued waits."""
-        return not self.pool.any_free and self.planner.exhausted_for(rank)
+        return not self.held and not self.pool.any_free and self.planner.exhausted_for(rank)
 
     def rest_wait(self) -> None:
         """Reasons for every segment the queue has not reached (the order no longer matters:
@@ -90,6 +104,9 @@ class _Round:
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""
+        if seg.job_id in self.held:  # its GPUs are placeable again: earlier misses may fit now
+            self.pool.unreserve(self.held.pop(seg.job_id))
+            self.no_fit = _FailureMemo()
         possible = self.pool.could_ever_fit(seg)
         if possible and (self.try_place(seg) or self.try_preempt(seg, rank)):
             return

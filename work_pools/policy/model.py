@@ -97,6 +97,8 @@ class Snapshot:
     waiting: tuple[Segment, ...] = ()
     team_usage_tu: dict[str, float] = field(default_factory=dict)
     team_period_tu: dict[str, float] = field(default_factory=dict)
+    # GPU key -> job: freed by a victim that stopped for that job, which still waits
+    held: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

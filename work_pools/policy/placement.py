@@ -163,6 +163,13 @@ class GpuPool:
             self._unfile(s)
             self.reserved.add(s)
 
+    def unreserve(self, slots: Iterable[int]) -> None:
+        """Make held GPUs placeable again (their preemptor's turn has come)."""
+        for s in slots:
+            if s in self.reserved:
+                self.reserved.discard(s)
+                self._file(s)
+
 
 def _node_totals(gpus: list[Gpu]) -> dict[str, list[float]]:
     totals: dict[str, list[float]] = {}
