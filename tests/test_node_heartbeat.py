@@ -106,3 +106,45 @@ def test_a_pool_reads_its_own_nodes_and_records_that_name_no_pool(yoloq_stack):
     assert {mine, legacy} <= seen_a and other not in seen_a
     assert {mine, other, legacy} <= seen_all
     assert (record.heartbeat_at, record.live_runs) == (123.0, ("run-1",))
+
+
+def test_a_stopping_agent_crashes_its_running_segments_but_keeps_ended_ones(yoloq_stack,
+                                                                            monkeypatch):
+    """An agent shutting down kills every segment process it has. A run already Completed
+    whose process was only exiting keeps its state; a Running one becomes Crashed."""
+    import subprocess
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Completed, Running
+
+    from work_pools.worker import YoloGpuWorker
+
+    @flow(name="agent-stop-probe")
+    def probe() -> None:
+        pass
+
+    pool, node = f"probe-{uuid.uuid4().hex[:6]}", f"stop-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("YOLOQ_DECLARED_GPUS", "2")
+    monkeypatch.delenv("YOLOQ_NODE_NAME", raising=False)
+    with get_client(sync_client=True) as client:
+        ended, running = (client.create_flow_run(probe, state=state) for state in (Completed(), Running()))
+    sleepers = [subprocess.Popen(["sleep", "120"], start_new_session=True) for _ in range(2)]
+
+    async def scenario() -> None:
+        async with YoloGpuWorker(work_pool_name=pool, name=node) as worker:
+            worker._pids.update({ended.id: sleepers[0].pid, running.id: sleepers[1].pid})
+            await worker._stop_all_segments("test stop")
+
+    try:
+        _run(scenario)
+        exits = [s.wait(30) for s in sleepers]  # killed by the agent (a TimeoutExpired if not)
+    finally:
+        _run(lambda: _delete_pool(pool))
+        for sleeper in sleepers:
+            sleeper.kill()
+    assert all(code is not None and code < 0 for code in exits), exits
+    with get_client(sync_client=True) as client:
+        states = [client.read_flow_run(r.id).state for r in (ended, running)]
+    assert states[0].is_completed(), states[0]
+    assert states[1].is_crashed() and "test stop" in states[1].message, states[1]

@@ -441,8 +441,18 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             self._logger.info("stopping segment %s (%s)", flow_run_id, reason)
         await anyio.to_thread.run_sync(lambda: [processes.kill_group(pid, 3.0) for _, pid in pids])
         for flow_run_id, _ in pids:
+            if await self._ended(flow_run_id):  # its process was only exiting: keep its outcome
+                continue
             await self._crash(flow_run_id, f"Segment stopped: {reason}. The job resumes from its "
                                            "last checkpoint.")
+
+    async def _ended(self, flow_run_id: UUID) -> bool:
+        """Whether the run already has a final state (False when it cannot be read)."""
+        try:
+            run = await self.client.read_flow_run(flow_run_id)
+        except Exception:
+            return False
+        return bool(run.state and run.state.is_final())
 
     async def _crash(self, flow_run_id: UUID, message: str) -> None:
         await self._set_state(flow_run_id, "crashed", message)
