@@ -129,7 +129,7 @@ def test_a_stopping_agent_crashes_its_running_segments_but_keeps_ended_ones(yolo
     monkeypatch.delenv("YOLOQ_NODE_NAME", raising=False)
     with get_client(sync_client=True) as client:
         ended, running = (client.create_flow_run(probe, state=state) for state in (Completed(), Running()))
-    sleepers = [subprocess.Popen(["sleep", "120"], start_new_session=True) for _ in range(2)]
+    sleepers = [subprocess.Popen(["sleep", "900"], start_new_session=True) for _ in range(2)]
 
     async def scenario() -> None:
         async with YoloGpuWorker(work_pool_name=pool, name=node) as worker:
@@ -138,12 +138,14 @@ def test_a_stopping_agent_crashes_its_running_segments_but_keeps_ended_ones(yolo
 
     try:
         _run(scenario)
-        exits = [s.wait(30) for s in sleepers]  # killed by the agent (a TimeoutExpired if not)
+        # ended long before their 900 s: killed by the agent (a TimeoutExpired if not); the
+        # agent reaps them itself, so Popen sees no signal in the exit code
+        exits = [s.wait(30) for s in sleepers]
     finally:
         _run(lambda: _delete_pool(pool))
         for sleeper in sleepers:
             sleeper.kill()
-    assert all(code is not None and code < 0 for code in exits), exits
+    assert all(code is not None for code in exits), exits
     with get_client(sync_client=True) as client:
         states = [client.read_flow_run(r.id).state for r in (ended, running)]
     assert states[0].is_completed(), states[0]

@@ -104,6 +104,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self.wake = events_wake.WakeStats()
         self._wake_scope: anyio.CancelScope | None = None
         self._heartbeat_due: anyio.Event | None = None
+        self._reporting = False
         self.heartbeats = 0
 
     @property
@@ -202,10 +203,13 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         now = time.time()
         await self._refresh_own_runs()
         await self._reload_policy(now)
-        if await self._lease.hold(self.client):
+        leading = await self._lease.hold(self.client)
+        if leading:
             await self._lead(now)
             flow_run_response = await self._with_fresh_assignments(flow_run_response)
         started = await self._start_assigned(flow_run_response)
+        if leading and self.last_pass is not None:
+            self._report_soon(self.last_pass, now)
         await self._enforce_grace(time.time())
         await self._enforce_cancellations(time.time())
         await self._mark_orphans(time.time())
@@ -222,13 +226,30 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             self._logger.info("scheduler: %s -> node %s GPU %s", run_id, node, gpus)
         for run_id in result.drained:
             self._logger.warning("scheduler: drained %s from a lost node", run_id)
-        if result.decision is not None:
-            await self._notify_quota_breaches(result.decision, now)
-            await self._publish_board(result, now)
-        if now - self._stats_at >= STATS_EVERY_S:
-            self._stats_at = now
-            await publish_stats(self.client, {**self._scheduler.stats(), "holder": self.node_name,
-                                              "at": now, "wake": self.wake.as_dict()})
+
+    def _report_soon(self, result: PassResult, now: float) -> None:
+        """Quota notices, the queue board and the stats, in a task of their own: each is a
+        write that waits for SQLite's lock under load (7 s seen between an assignment and its
+        start when the board came first). One report at a time; a pass during one skips its
+        own (the next pass reports the newer decision)."""
+        if self._reporting:
+            return
+        self._reporting = True
+        self._runs_task_group.start_soon(self._report, result, now)
+
+    async def _report(self, result: PassResult, now: float) -> None:
+        try:
+            if result.decision is not None:
+                await self._notify_quota_breaches(result.decision, now)
+                await self._publish_board(result, now)
+            if now - self._stats_at >= STATS_EVERY_S:
+                self._stats_at = now
+                await publish_stats(self.client, {**self._scheduler.stats(), "holder": self.node_name,
+                                                  "at": now, "wake": self.wake.as_dict()})
+        except Exception as exc:  # informative: never stop the agent for it
+            self._logger.warning("pass report not published (%s)", " ".join(str(exc).split())[:200])
+        finally:
+            self._reporting = False
 
     async def _with_fresh_assignments(self, flow_run_response: list[Any]) -> list[Any]:
         """Re-read the runs this pass just assigned to this node, so they start in this pass
