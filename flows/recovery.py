@@ -32,6 +32,14 @@ def backoff_s(attempt: int) -> float:
     return 0.0 if attempt <= 1 else min(base * 2 ** (attempt - 2), 300.0)
 
 
+# boto3's upload and download wrap the botocore ClientError they met (e.g. a 503 SlowDown that
+# outlasted botocore's own retries) in these; CI saw one end a job Failed.
+_TRANSIENT_LIBRARY_ERRORS = frozenset({
+    "botocore.BotoCoreError", "botocore.ClientError", "boto3.S3UploadFailedError",
+    "boto3.S3TransferFailedError", "httpx.TransportError", "mlflow.MlflowException",
+    "prefect.PrefectHTTPStatusError"})
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for failures of the surroundings, not of the job: retrying later may succeed."""
     from yoloq.engine.segment import ResumeMismatch
@@ -43,8 +51,7 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (StoreUnavailable, OSError)):  # OSError: connections, timeouts, ENOSPC
         return True
     names = {cls.__module__.split(".")[0] + "." + cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & {"botocore.BotoCoreError", "botocore.ClientError", "httpx.TransportError",
-                         "mlflow.MlflowException", "prefect.PrefectHTTPStatusError"})
+    return bool(names & _TRANSIENT_LIBRARY_ERRORS)
 
 
 def one_line(exc: BaseException) -> str:

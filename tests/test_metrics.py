@@ -105,6 +105,15 @@ def _queue() -> list[dict]:
         return queue_rows(client)
 
 
+def _cancel_leftovers() -> None:
+    """Cancel what earlier test files on this stack left queued or running: the test counts
+    the whole queue and the one slot. (Waiting for them to finish cost up to 300 s in CI.)"""
+    leftovers = {row["job"] for row in _queue()}
+    for job in leftovers:
+        yoloq("cancel", job, "--reason", "the metrics test needs an idle queue")
+    wait_for(lambda: not _queue(), f"the queue to empty after cancelling {sorted(leftovers)}", 300)
+
+
 def _training(job_id: str):
     from prefect.client.orchestration import get_client
 
@@ -117,7 +126,7 @@ def _training(job_id: str):
 
 
 def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus, tiny_dataset, tmp_path):
-    wait_for(lambda: not _queue(), "an idle queue (no other test file's segments)", 300)
+    _cancel_leftovers()
     tag = uuid.uuid4().hex[:4]
     first = _submit(write_spec(tmp_path / "a.yaml", tiny_dataset, name=f"prom-a-{tag}", epochs=1))
     pid = freeze(wait_for(lambda: _training(first), f"{first} training", timeout_s=600))

@@ -39,6 +39,21 @@ def running_epoch(job_id: str) -> int | None:
     return int((seg.labels or {}).get("yoloq.epoch", 0)) if seg else None
 
 
+def epoch_reached(job_id: str, epoch: int) -> bool:
+    """True once a running segment of the job is past `epoch`; fails at once if the job has
+    ended first (a failed job would otherwise cost the whole wait)."""
+    if (running_epoch(job_id) or 0) >= epoch:
+        return True
+    from prefect.client.orchestration import get_client
+
+    from yoloq.records.jobs import parent_run
+
+    with get_client(sync_client=True) as client:
+        state = parent_run(client, job_id).state
+    assert not (state and state.is_final()), f"job {job_id} ended {state.name} before epoch {epoch}"
+    return False
+
+
 def kill_segment(flow_run_id: Any) -> float:
     """SIGKILL the segment's whole process group; returns when it was killed (monotonic)."""
     pid = segment_pid(flow_run_id)

@@ -17,7 +17,7 @@ import pytest
 from fault_helpers import (
     assert_job_recovered,
     report,
-    running_epoch,
+    epoch_reached,
     running_segment,
     segments,
 )
@@ -72,7 +72,7 @@ def test_postgres_restarted_mid_training(own_postgres, session_dir, tmp_path):
     with cluster_helpers.cluster_pool(tmp_path, "a", "1xCPU:8") as pool:
         job = pool.submit(write_spec(tmp_path / "job.yaml", data, name="pg-restart", epochs=3,
                                      segment_epochs=2, batch=16, export=[]))
-        wait_for(lambda: (running_epoch(job) or 0) >= 1, "epoch 1 checkpointed", 900)
+        wait_for(lambda: epoch_reached(job, 1), "epoch 1 checkpointed", 900)
         training = running_segment(job)
         stopped_at = time.monotonic()
         own_postgres.ctl("stop")

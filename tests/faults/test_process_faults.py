@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from fault_helpers import (assert_job_recovered, kill_segment, mlflow_runs, report,
-                           running_epoch, running_segment, segments, submit, wait_for)
+from fault_helpers import (assert_job_recovered, epoch_reached, kill_segment, mlflow_runs, report,
+                           running_segment, segments, submit, wait_for)
 from stack_helpers import write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration,
@@ -30,7 +30,7 @@ def epochs_dataset(session_dir):
 def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_dataset, tmp_path):
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="killed-mid-epoch",
                             epochs=3, segment_epochs=3, batch=16, export=[]))
-    wait_for(lambda: (running_epoch(job) or 0) >= 1, "epoch 1 checkpointed")
+    wait_for(lambda: epoch_reached(job, 1), "epoch 1 checkpointed")
     victim = running_segment(job)
     killed_at = kill_segment(victim.id)  # inside epoch 2: its checkpoint label is not set yet
     resumed = wait_for(lambda: next((s for s in segments(job) if s.id != victim.id and s.start_time),
@@ -101,7 +101,7 @@ def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs
 
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="worker-killed",
                             epochs=3, segment_epochs=3, batch=16, export=[]))
-    wait_for(lambda: (running_epoch(job) or 0) >= 1, "epoch 1 checkpointed")
+    wait_for(lambda: epoch_reached(job, 1), "epoch 1 checkpointed")
     with get_client(sync_client=True) as client:
         token = (parent_run(client, job).labels or {}).get(ParentGuard.LABEL)
     assert token, "the parent marks its run with its token"

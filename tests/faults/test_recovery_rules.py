@@ -50,10 +50,15 @@ def test_transient_errors(exc, transient):
 
 
 def test_transient_library_errors():
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import EndpointConnectionError
     from mlflow.exceptions import MlflowException
 
     assert is_transient(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    # what boto3 raised in CI when Swift answered 503 past botocore's retries
+    assert is_transient(S3UploadFailedError(
+        "Failed to upload last.pt to yoloq/x.pt: An error occurred (ServiceUnavailable) when "
+        "calling the CreateMultipartUpload operation: Please reduce your request rate."))
     assert is_transient(MlflowException("API request failed: Max retries exceeded"))
 
 
