@@ -193,6 +193,10 @@ use = egg:swift#proxy
 account_autocreate = true
 conn_timeout = 5
 node_timeout = 60
+# One replica: the proxy's error limiting (10 errors in 60 s, then every request to that
+# node is refused for 60 s) would turn a few slow writes on a loaded machine into a
+# minute of 503 "Please reduce your request rate".
+error_suppression_limit = 1000
 
 [filter:s3api]
 use = egg:swift#s3api
