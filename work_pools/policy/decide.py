@@ -10,6 +10,8 @@ shrinks during one call), which keeps a 10,000-segment queue cheap.
 
 from __future__ import annotations
 
+import numpy as np
+
 from work_pools.policy import fairshare, rules
 from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Segment,
                                      Snapshot, Throttle)
@@ -48,7 +50,7 @@ class _Round:
         self.pool = GpuPool(snapshot.gpus, snapshot.running, policy)
         self.planner = VictimPlanner(snapshot.running, self.ctx.ranks, self.ctx.ratios, now, policy,
                                      snapshot.waiting)
-        self.queue = FairQueue(snapshot.waiting, self.ctx)
+        self.queue = FairQueue(self.ctx)
         self.held = self._hold(snapshot)
         self.admit: list[Admission] = []
         self.preempt: list[Preemption] = []
@@ -61,8 +63,10 @@ class _Round:
     def _hold(self, snapshot: Snapshot) -> dict[str, list[int]]:
         """job -> free GPUs kept for it: its victim has exited, and without the hold a segment
         ahead of it in the queue takes the GPU and the job preempts a second victim."""
-        waiting_jobs = {s.job_id for s in snapshot.waiting}
         held: dict[str, list[int]] = {}
+        if not snapshot.held:
+            return held
+        waiting_jobs = {s.job_id for s in snapshot.waiting}
         for key, job in snapshot.held.items():
             slot = self.pool.slot_of.get(key)
             if slot is not None and job in waiting_jobs and not self.pool.occupants[slot]:
@@ -74,7 +78,7 @@ class _Round:
     def run(self) -> Decision:
         for seg, rank in self.queue:
             if self.exhausted(rank):
-                self.rest_wait()
+                self.rest_wait(seg)
                 break
             self.waiting_reason(seg, rank)
         return Decision(tuple(self.admit), tuple(self.preempt), self.waiting, self.ctx.breaches,
@@ -85,22 +89,29 @@ class _Round:
         (ranks only grow along the queue): every segment still queued waits."""
         return not self.held and not self.pool.any_free and self.planner.exhausted_for(rank)
 
-    def rest_wait(self) -> None:
-        """Reasons for every segment the queue has not reached (the order no longer matters:
-        a reason depends only on the segment and the exhausted pool)."""
-        admitted = {a.segment_id for a in self.admit}
-        delayed, yielding = self.ctx.delayed_teams, self.queue.yielding
-        by_size: dict[tuple[int, float], str] = {}  # the reason of a plain segment: its size's
-        for seg in self.queue.segments:
-            if seg.id in self.waiting or seg.id in admitted:
-                continue
-            if seg.team in delayed or seg.id in yielding:
-                self.waiting[seg.id] = self.reason(seg)
-                continue
-            size = (seg.gpus, seg.est_mem_gb)
-            if size not in by_size:
-                by_size[size] = self.reason(seg)
-            self.waiting[seg.id] = by_size[size]
+    def rest_wait(self, current: Segment) -> None:
+        """Reasons for `current` and every segment the queue has not reached (the order no
+        longer matters: a reason depends only on the segment and the exhausted pool). Most
+        of 10,000 waiting segments end here, so they are handled a kind at a time."""
+        self.waiting[current.id] = self.reason(current)
+        rest = self.queue.unreached()
+        yielding = self.queue.yields[rest]
+        for i in rest[yielding].tolist():  # their reason names their own share of the window
+            seg = self.queue.segments[i]
+            self.waiting[seg.id] = self.reason(seg)
+        plain = rest[~yielding]
+        delayed = self.ctx.waiting_delayed[plain]
+        self._reasons_by_kind(plain[delayed], by_team=True)
+        self._reasons_by_kind(plain[~delayed], by_team=False)
+
+    def _reasons_by_kind(self, rows: np.ndarray, by_team: bool) -> None:
+        """One reason per size (and team, for teams over quota), shared by its segments."""
+        cols, rows_list = self.ctx.waiting, rows.tolist()
+        sizes = zip(cols.gpus[rows].tolist(), cols.est_mem_gb[rows].tolist())
+        kinds = list(zip(sizes, [cols.teams[i] for i in rows_list])) if by_team else list(sizes)
+        first = dict(zip(reversed(kinds), reversed(rows_list)))  # kind -> its first segment
+        reasons = {kind: self.reason(self.queue.segments[i]) for kind, i in first.items()}
+        self.waiting.update(zip([cols.ids[i] for i in rows_list], map(reasons.__getitem__, kinds)))
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""

@@ -33,8 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from work_pools.policy import fairshare, rules
+from work_pools.policy.columns import Columns
 from work_pools.policy.model import Policy, Snapshot
-from work_pools.policy.ordering import FairQueue, build_context, srpt_key
+from work_pools.policy.ordering import FairQueue, build_context, srpt_keys
 from work_pools.policy.priority import starvation_bound_s
 
 Z80 = 1.2816  # standard normal 90th percentile: [p10, p90] is the 80% interval
@@ -94,12 +95,13 @@ def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,
     horizon = _aged_horizon(policy)
     ctx = build_context(snapshot, policy, now + horizon)
     current = build_context(snapshot, policy, now).ranks if horizon else ctx.ranks
-    slots = _initial_slots(snapshot, ctx.ranks, policy, now, scale)
+    work = _works(snapshot, now, policy)
+    slots = _initial_slots(snapshot, ctx.ranks, policy, now, scale, work)
     positions: dict[str, int] = {}
     starts: dict[str, float] = {}
-    queue = FairQueue(snapshot.waiting, ctx)
+    queue = FairQueue(ctx)
     for position, (seg, rank) in enumerate(queue, start=1):
-        claim = _Claim(current[seg.id], rank, now + horizon, _work(seg, now, policy))
+        claim = _Claim(current[seg.id], rank, now + horizon, work[seg.id])
         chosen = _earliest(slots, seg.est_mem_gb, seg.gpus, claim, policy)
         if chosen is None:
             continue  # can never fit: no estimate
@@ -126,7 +128,7 @@ def _aged_horizon(policy: Policy) -> float:
 
 
 def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, now: float,
-                   scale: float) -> list[_Slot]:
+                   scale: float, work: dict[str, float]) -> list[_Slot]:
     slots = {g.key: _Slot(g.index, g.node, g.mem_total_gb, g.speed, now, math.inf, now)
              for g in snapshot.gpus}
     for seg in snapshot.running:
@@ -139,8 +141,7 @@ def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, no
             slot.rank = min(slot.rank, ranks[seg.id])
             started = seg.started_at if seg.started_at is not None else now
             slot.preemptible_at = max(slot.preemptible_at, started + policy.min_runtime_s)
-            slot.work = min(slot.work, _work(seg, now, policy)) if slot.work < math.inf \
-                else _work(seg, now, policy)
+            slot.work = min(slot.work, work[seg.id]) if slot.work < math.inf else work[seg.id]
             boundary = started + policy.segment_s
             while boundary < now:
                 boundary += policy.segment_s
@@ -148,9 +149,12 @@ def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, no
     return list(slots.values())
 
 
-def _work(seg, now: float, policy: Policy) -> float:
-    srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
-    return srpt_key(seg, now, policy) if srpt else math.inf
+def _works(snapshot: Snapshot, now: float, policy: Policy) -> dict[str, float]:
+    """Segment id -> the SRPT key it competes with (infinite without SRPT)."""
+    segments = Columns((*snapshot.running, *snapshot.waiting))
+    if policy.within_rank == "srpt" and policy.ordering == "tier":
+        return dict(zip(segments.ids, srpt_keys(segments, now, policy).tolist()))
+    return dict.fromkeys(segments.ids, math.inf)
 
 
 def _available_at(slot: _Slot, rank: int, policy: Policy, work: float = math.inf) -> float:

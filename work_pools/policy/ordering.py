@@ -17,13 +17,16 @@ order. Ties: submission order, then id.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from work_pools.policy import fairshare, rules
+from work_pools.policy.columns import Columns
 from work_pools.policy.model import DELAYED_RANK, Policy, QuotaBreach, Snapshot, Segment
-from work_pools.policy.priority import ranker, starvation_bound_s
+from work_pools.policy.priority import ranks_of, starvation_bound_s
 
 _ALL = "*"  # the single queue used when fair share is off
 
@@ -40,85 +43,115 @@ class Context:
     ratios: dict[str, float]  # team -> usage share / entitlement
     usage: dict[str, float]  # team -> decayed TU + committed by running segments
     short_ranks: frozenset[int]  # ranks at which a short experiment is waiting
+    waiting: Columns  # the snapshot's waiting segments
+    waiting_ranks: np.ndarray  # their ranks, in snapshot order
+    waiting_delayed: np.ndarray  # which of them belong to a team over quota
 
 
 def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
     breaches = fairshare.quota_breaches(snapshot.team_period_tu, policy)
     delayed = frozenset(b.team for b in breaches)
-    rank = ranker(now, policy)
-    ranks = {s.id: rank(s, s.team in delayed) for s in (*snapshot.running, *snapshot.waiting)}
-    teams = {s.team for s in snapshot.running} | {s.team for s in snapshot.waiting}
+    running, waiting = Columns(snapshot.running), Columns(snapshot.waiting)
+    waiting_delayed = waiting.in_teams(delayed)
+    waiting_ranks = ranks_of(waiting, now, policy, waiting_delayed)
+    running_ranks = ranks_of(running, now, policy, running.in_teams(delayed))
+    ranks = dict(zip(running.ids, running_ranks.tolist()))
+    ranks.update(zip(waiting.ids, waiting_ranks.tolist()))
+    teams = set(running.teams) | set(waiting.teams)
     ratios = fairshare.share_ratios(snapshot.team_usage_tu, teams, policy)
     usage = {t: snapshot.team_usage_tu.get(t, 0.0) for t in teams}
     speeds = {g.key: g.speed for g in snapshot.gpus}
     for seg in snapshot.running:
         speed = min((speeds.get((seg.node, i), 1.0) for i in seg.gpu_indices), default=1.0)
         usage[seg.team] += fairshare.tu(speed, policy.segment_s, seg.gpus)
-    short_ranks = frozenset(ranks[s.id] for s in snapshot.waiting if rules.is_short(s))
-    return Context(now, policy, breaches, delayed, ranks, ratios, usage, short_ranks)
+    short_ranks = frozenset(waiting_ranks[waiting.short].tolist())
+    return Context(now, policy, breaches, delayed, ranks, ratios, usage, short_ranks, waiting,
+                   waiting_ranks, waiting_delayed)
 
 
-def remaining_work(seg: Segment) -> float:
-    """GPU-seconds (speed 1.0) the job still needs: measured epoch time x epochs left when
+def remaining_work(segments: Columns) -> np.ndarray:
+    """GPU-seconds (speed 1.0) each job still needs: measured epoch time x epochs left when
     the job has run an epoch, else the analysis estimate."""
-    if seg.measured_epoch_s and seg.epochs:
-        seconds = seg.measured_epoch_s * max(seg.epochs - seg.epoch, 0)
-    else:
-        seconds = seg.est_remaining_s
-    return seg.gpus * seconds
+    measured, epochs = segments.measured_epoch_s, segments.epochs
+    known = ~np.isnan(measured) & (measured != 0) & (epochs != 0)
+    left = np.maximum(epochs - segments.epoch, 0)
+    return segments.gpus * np.where(known, measured * left, segments.est_remaining_s)
 
 
-def srpt_key(seg: Segment, now: float, policy: Policy) -> float:
+def srpt_keys(segments: Columns, now: float, policy: Policy) -> np.ndarray:
     """Shortest remaining work first, aged: the work shrinks by a factor 1 + waited /
     `srpt_aging_s`, so a long job that waits overtakes new short work eventually (and
     the starvation bound of `priority` still applies on top)."""
-    return srpt_keyer(now, policy)(seg)
-
-
-def srpt_keyer(now: float, policy: Policy) -> Callable[[Segment], float]:
-    """`srpt_key` with the policy resolved once (a pass keys every waiting segment)."""
-    aging_s = policy.srpt_aging_s
-
-    def key(seg: Segment) -> float:
-        aging = 1.0 + max(0.0, now - seg.waiting_since) / aging_s if aging_s > 0 else 1.0
-        return remaining_work(seg) / aging
-
-    return key
+    work = remaining_work(segments)
+    if policy.srpt_aging_s <= 0:
+        return work
+    return work / (1.0 + np.maximum(0.0, now - segments.waiting_since) / policy.srpt_aging_s)
 
 
 class FairQueue:
     """Iterate waiting segments in policy order; `charge` a team for what it was given."""
 
-    def __init__(self, waiting: tuple[Segment, ...], ctx: Context) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.segments = waiting
+        policy, now, cols = ctx.policy, ctx.now, ctx.waiting
+        self.segments = cols.segments
         self.usage = dict(ctx.usage)
-        self.yielding: set[str] = set()
-        self.starving: set[str] = set()
-        policy, now, ranks, short_ranks = ctx.policy, ctx.now, ctx.ranks, ctx.short_ranks
         srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
         self.weighted = srpt and policy.fair_share and policy.fair_share_mode == "weight"
-        fair = policy.fair_share
-        teams = {s.team for s in waiting} | set(self.usage)
+        teams = set(cols.teams) | set(self.usage)
         self._weights = {t: policy.weight(t) for t in teams}
         self._total_weight = sum(self._weights.values()) or 1.0
         self._total_usage = sum(max(0.0, self.usage.get(t, 0.0)) for t in teams)
-        seventy = rules.long_job_rule_on(policy) and bool(short_ranks)
-        aging = policy.ordering == "tier" and policy.aging_step_s > 0
+        self._factors: dict[str, float] = {}
+        ranks = ctx.waiting_ranks
+        self.yields = yields = self._yielding_mask(ranks)
+        starving = self._starving_mask()
+        self.yielding = {cols.ids[i] for i in np.flatnonzero(yields).tolist()}
+        self.starving = {cols.ids[i] for i in np.flatnonzero(starving).tolist()}
+        keys = srpt_keys(cols, now, policy) if srpt else np.zeros(cols.n)
+        self._keys, self._submitted = keys.tolist(), cols.submitted_at.tolist()
+        bucket = ranks * 4 + (~starving) * 2 + yields  # sorts as (rank, not starving, yields)
+        self._buckets = self._group(bucket, keys, policy.fair_share)
+        self._at = 0  # buckets before it have been taken
+
+    def _yielding_mask(self, ranks: np.ndarray) -> np.ndarray:
+        """The 70% rule (`rules.yields_to_short`) for every waiting segment."""
+        policy, cols = self.ctx.policy, self.ctx.waiting
+        if not (rules.long_job_rule_on(policy) and self.ctx.short_ranks
+                and policy.long_job_window_s > 0):
+            return np.zeros(cols.n, bool)
+        held = cols.held_window_s / policy.long_job_window_s > policy.long_job_share
+        return np.isin(ranks, list(self.ctx.short_ranks)) & cols.full & held
+
+    def _starving_mask(self) -> np.ndarray:
+        policy, cols = self.ctx.policy, self.ctx.waiting
+        if policy.ordering != "tier" or policy.aging_step_s <= 0:
+            return np.zeros(cols.n, bool)
         bound = starvation_bound_s(policy)
-        keyer = srpt_keyer(now, policy) if srpt else None
-        buckets: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        for seg in waiting:
-            rank = ranks[seg.id]
-            yields = seventy and rank in short_ranks and rules.yields_to_short(seg, True, policy)
-            if yields:
-                self.yielding.add(seg.id)
-            starving = aging and seg.started_at is None and now - seg.waiting_since >= bound
-            if starving:
-                self.starving.add(seg.id)
-            key = (keyer(seg) if keyer else 0.0, seg.submitted_at, seg.id)
-            buckets[(rank, not starving, yields)][seg.team if fair else _ALL].append((key, seg))
-        self.buckets = buckets
+        return np.isnan(cols.started_at) & (self.ctx.now - cols.waiting_since >= bound)
+
+    def _group(self, bucket: np.ndarray, keys: np.ndarray,
+               fair: bool) -> list[tuple[int, dict[str, _Run]]]:
+        """(rank, team -> that team's segments in key order) per bucket, most urgent first.
+        One sort: bucket, team, key, submission, id."""
+        cols = self.ctx.waiting
+        names = sorted(set(cols.teams)) if fair else [_ALL]
+        code = {t: n for n, t in enumerate(names)}
+        team = np.array([code[t] for t in cols.teams], np.int64).reshape(cols.n) if fair \
+            else np.zeros(cols.n, np.int64)
+        order = _by_id_on_ties(np.lexsort((cols.submitted_at, keys, team, bucket)), cols.ids,
+                               (bucket, team, keys, cols.submitted_at))
+        ordered = bucket[order] * len(names) + team[order]
+        cuts = (np.flatnonzero(np.diff(ordered)) + 1).tolist()
+        starts = [0, *cuts]
+        order_list, codes = order.tolist(), ordered[starts].tolist() if cols.n else []
+        buckets: list[tuple[int, dict[str, _Run]]] = []
+        for begin, end, group in zip(starts, [*cuts, cols.n], codes):
+            bucket_code, team_code = divmod(group, len(names))
+            if not buckets or buckets[-1][0] != bucket_code:
+                buckets.append((bucket_code, {}))
+            buckets[-1][1][names[team_code]] = _Run(order_list[begin:end])
+        return [(bucket_code // 4, queues) for bucket_code, queues in buckets] if cols.n else []
 
     def preemption_rank(self, seg: Segment, rank: int) -> int:
         """`priority.preemption_rank`, from what this queue already resolved."""
@@ -130,6 +163,7 @@ class FairQueue:
     def charge(self, team: str, amount_tu: float) -> None:
         self.usage[team] = self.usage.get(team, 0.0) + amount_tu
         self._total_usage += amount_tu
+        self._factors.clear()  # every team's share moved
 
     def _level(self, team: str) -> float:
         if team == _ALL:
@@ -141,6 +175,12 @@ class FairQueue:
         over its entitlement (decayed usage, what its running segments hold, and what this
         round gave it), to the power `fair_weight_power`, clamped to `fair_weight_clamp`.
         With power 3, a team at 1.26 times its share sees its jobs' remaining work doubled."""
+        factor = self._factors.get(team)
+        if factor is None:
+            factor = self._factors[team] = self._fair_factor(team)
+        return factor
+
+    def _fair_factor(self, team: str) -> float:
         low, high = self.ctx.policy.fair_weight_clamp
         if self._total_usage <= 0:
             return low
@@ -148,52 +188,87 @@ class FairQueue:
         entitled = self._weights.get(team, 1.0) / self._total_weight
         return min(max((share / entitled) ** self.ctx.policy.fair_weight_power, low), high)
 
-    def _head(self, team: str, queue: _Lazy) -> tuple:
+    def _head(self, team: str, queue: _Run) -> tuple:
         """Heap key of a team's next segment: its level (turns) or weighted work (weight)."""
         if self.weighted:
-            key = queue[0][0]
-            return (key[0] * self.fair_factor(team), key[1], key[2])
+            i = queue.head
+            return (self._keys[i] * self.fair_factor(team), self._submitted[i],
+                    self.segments[i].id)
         return (self._level(team),)
 
     def __iter__(self) -> Iterator[tuple[Segment, int]]:
-        for (rank, *_), teams in sorted(self.buckets.items()):
-            queues = {t: _Lazy(list(items)) for t, items in teams.items()}
+        segments = self.segments
+        while self._at < len(self._buckets):
+            rank, queues = self._buckets[self._at]
             if self.weighted and len(queues) > 1:
-                yield from self._weighted(queues, rank)
-                continue
-            heap = [(self._head(t, q), t) for t, q in queues.items()]
-            heapq.heapify(heap)
-            while heap:
-                _, team = heapq.heappop(heap)
-                yield queues[team].popleft()[1], rank
-                if queues[team]:
-                    heapq.heappush(heap, (self._head(team, queues[team]), team))
+                for i in self._weighted(queues):
+                    yield segments[i], rank
+            else:
+                heap = [(self._head(t, q), t) for t, q in queues.items()]
+                heapq.heapify(heap)
+                while heap:
+                    _, team = heapq.heappop(heap)
+                    yield segments[queues[team].pop()], rank
+                    if queues[team]:
+                        heapq.heappush(heap, (self._head(team, queues[team]), team))
+            self._at += 1
 
-
-    def _weighted(self, queues: dict[str, _Lazy], rank: int) -> Iterator[tuple[Segment, int]]:
+    def _weighted(self, queues: dict[str, _Run]) -> Iterator[int]:
         """Every team's factor moves when any team is charged: re-rank the heads each time."""
-        while queues:
-            team = min(queues, key=lambda t: (self._head(t, queues[t]), t))
-            yield queues[team].popleft()[1], rank
-            if not queues[team]:
-                del queues[team]
+        live = {t: q for t, q in queues.items() if q}
+        while live:
+            team = min(live, key=lambda t: (self._head(t, live[t]), t))
+            yield live[team].pop()
+            if not live[team]:
+                del live[team]
+
+    def unreached(self) -> np.ndarray:
+        """Rows (in `segments`) of the segments iteration has not yielded yet (after it was
+        left early)."""
+        rest = (queue.rest() for _, queues in self._buckets[self._at:] for queue in queues.values())
+        return np.fromiter(itertools.chain.from_iterable(rest), np.int64)
 
 
-class _Lazy:
-    """A team's segments in key order, sorted only as far as they are taken: a pass usually
-    stops after a few hundred of thousands (every GPU taken, nobody left to preempt)."""
+def _by_id_on_ties(order: np.ndarray, ids: list[str],
+                   columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """`order` with every run of equal `columns` values sorted by id (ties are rare: a sort
+    of all 10,000 ids on every pass cost more than the rest of the sort)."""
+    if len(order) < 2:
+        return order
+    tied = np.ones(len(order) - 1, bool)
+    for column in columns:
+        ordered = column[order]
+        tied &= ordered[1:] == ordered[:-1]
+    if not tied.any():
+        return order
+    order = order.tolist()
+    starts = np.flatnonzero(tied & ~np.concatenate(([False], tied[:-1]))).tolist()
+    for start in starts:
+        end = start + 1
+        while end < len(tied) and tied[end]:
+            end += 1
+        order[start:end + 1] = sorted(order[start:end + 1], key=ids.__getitem__)
+    return np.array(order, np.int64)
 
-    def __init__(self, items: list[tuple]) -> None:
-        heapq.heapify(items)  # keys are unique (they end with the segment id)
-        self._items = items
+
+class _Run:
+    """A team's segments (indices) in key order, taken from the front."""
+
+    __slots__ = ("_items", "_pos")
+
+    def __init__(self, items: list[int]) -> None:
+        self._items, self._pos = items, 0
 
     def __bool__(self) -> bool:
-        return bool(self._items)
+        return self._pos < len(self._items)
 
-    def __getitem__(self, index: int) -> tuple:
-        if index != 0:
-            raise IndexError("only the head of a lazy queue can be read")
-        return self._items[0]
+    @property
+    def head(self) -> int:
+        return self._items[self._pos]
 
-    def popleft(self) -> tuple:
-        return heapq.heappop(self._items)
+    def pop(self) -> int:
+        self._pos += 1
+        return self._items[self._pos - 1]
+
+    def rest(self) -> list[int]:
+        return self._items[self._pos:]

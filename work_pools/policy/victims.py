@@ -13,8 +13,9 @@ asked for preempts a second one. GPUs are pool slots (`placement.GpuPool`).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from work_pools.policy import rules
@@ -69,10 +70,10 @@ class VictimPlanner:
             if policy.soft_preemption else []
         self.sheltered.sort(key=lambda v: rules.victim_key(v, ranks[v.id], now))
         self.taken: set[str] = set()
-        waiting_jobs = {s.job_id for s in waiting}
         # jobs still waiting for a victim already asked to stop on their behalf
-        self.claimants = {v.stopping_for for v in running if v.stopping and v.stopping_for
-                          and v.stopping_for in waiting_jobs}
+        asked_for = {v.stopping_for for v in running if v.stopping and v.stopping_for}
+        self.claimants = asked_for & {s.job_id for s in waiting} if asked_for else set()
+        self._slots: dict[str, list[int]] = {}  # victim id -> its pool slots (fixed per call)
         self._head = 0  # self.order[:_head] are all taken
         self._softest_at, self._softest_rank = -1, 0
         self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
@@ -85,8 +86,7 @@ class VictimPlanner:
             return False
         if self.sheltered and self._softest() > rank:
             return False  # a throttle may still help
-        while self._head < len(order) and order[self._head].id in taken:
-            self._head += 1
+        self._skip_taken()
         if self._head == len(order):
             return True
         first = order[self._head]  # stopping first, then the lowest priority (largest rank)
@@ -125,14 +125,17 @@ class VictimPlanner:
         ready = pool.fitting_by_node(seg.est_mem_gb, allow_shared) if need > 1 else {}
         states: dict[str, _NodeState] = {}
         best: tuple[tuple, Plan] | None = None
-        for victim in self.candidates(rank):
+        tail = self.protected if rank <= _URGENT else []
+        for victim in self._candidates(rank, tail, lambda: best):
             if victim.id in self.taken or not self.may_preempt(seg, rank, victim):
                 continue
             node = victim.node
             state = states.setdefault(node, _NodeState(ready.get(node, [])[:need]))
             if state.done:
                 continue
-            slots = pool.slots(victim)
+            slots = self._slots.get(victim.id)
+            if slots is None:
+                slots = self._slots[victim.id] = pool.slots(victim)
             state.chosen.append((victim, slots))
             for s in slots:
                 if s in pool.reserved or s in state.opened:
@@ -151,6 +154,24 @@ class VictimPlanner:
             if best is None or cost < best[0]:
                 best = (cost, found)
         return best[1] if best else None
+
+    def _candidates(self, rank: int, tail: list[Segment],
+                    best: Callable[[], tuple[tuple, Plan] | None]) -> Iterator[Segment]:
+        """Victims in preference order, from the first not yet taken; then `tail` (protected
+        victims an urgent segment may take, `rules.urgent_may_override`). Ranks only fall
+        along the order, so the order is left early: at the first victim that ranks above
+        `rank` (nobody after it may be preempted), and, with no tail, at the first that
+        ranks above the best set's most urgent victim (any set it completes costs more)."""
+        for victim in itertools.islice(self.order, self._skip_taken(), None):
+            if not victim.stopping:
+                victim_rank = self.ranks[victim.id]
+                if victim_rank < rank:
+                    break
+                found = best()
+                if found is not None and not tail and victim_rank < -found[0][0]:
+                    break
+            yield victim
+        yield from tail
 
     def _softest(self) -> int:
         """Largest rank among victims a throttle could still use (cached per taken count)."""
@@ -179,12 +200,12 @@ class VictimPlanner:
                 return victim, slots[0], batch
         return None
 
-    def candidates(self, rank: int) -> list[Segment]:
-        """Victims in preference order; an urgent segment may also take protected ones, after
-        every unprotected victim (`rules.urgent_may_override`)."""
-        if rank <= _URGENT and self.protected:
-            return self.order + self.protected
-        return self.order
+    def _skip_taken(self) -> int:
+        """Move `_head` past the victims taken from the front of the order; returns it."""
+        order, taken = self.order, self.taken
+        while self._head < len(order) and order[self._head].id in taken:
+            self._head += 1
+        return self._head
 
     @property
     def any(self) -> bool:
