@@ -12,8 +12,8 @@ be aged. The last line is the headline figure.
 
 `--baseline DIR` times, interleaved in the same run, the `decide` of another copy
 of the code (e.g. `git archive <commit> work_pools yoloq | tar -x -C DIR`) on the
-same queue with every GPU on one node (the old code has no nodes), and prints
-the ratio: the machine is shared, so only side-by-side figures compare.
+same queue (every GPU on one node when that code has no nodes), and prints the
+ratio: the machine is shared, so only side-by-side figures compare.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def _p(times: list[float], q: float) -> float:
     return times[min(len(times) - 1, round(q * (len(times) - 1)))]
 
 
-def _baseline(folder: str, waiting: int, gpus: int):
-    """The other copy's `decide` and its own snapshot types (one node: it has no nodes)."""
+def _baseline(folder: str, waiting: int, gpus: int, nodes: int):
+    """The other copy's `decide` and its own snapshot types (on one node if it has none)."""
     import importlib
 
     for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq")]:
@@ -111,7 +111,8 @@ def _baseline(folder: str, waiting: int, gpus: int):
         globals_backup = dict(globals())
         globals().update(Policy=old.Policy, Quota=old.Quota, Segment=old.Segment,
                          Snapshot=old.Snapshot, make_gpus=builders.make_gpus)
-        snapshot, policy = build(waiting, gpus, nodes=1)
+        has_nodes = "node" in getattr(old.Gpu, "__dataclass_fields__", {})
+        snapshot, policy = build(waiting, gpus, nodes=nodes if has_nodes else 1)
         globals().update(globals_backup)
         return old.decide, snapshot, policy
     finally:
@@ -128,7 +129,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--baseline", metavar="DIR", help="another copy of the code to compare")
     args = parser.parse_args()
-    old = _baseline(args.baseline, args.waiting, args.gpus) if args.baseline else None
+    old = _baseline(args.baseline, args.waiting, args.gpus, args.nodes) if args.baseline else None
     snapshot, policy = build(args.waiting, args.gpus, nodes=args.nodes)
     decision = decide(snapshot, policy, NOW)  # warm-up
     times, old_times = [], []
@@ -143,7 +144,8 @@ def main() -> None:
           f"waiting {len(decision.waiting)}, quota breaches {len(decision.quota_breaches)}")
     if old:
         base = statistics.median(old_times)
-        print(f"baseline {args.baseline} (1 node): p50 {base * 1000:.0f} ms, "
+        old_nodes = len({getattr(g, "node", "local") for g in old[1].gpus})
+        print(f"baseline {args.baseline} ({old_nodes} nodes): p50 {base * 1000:.0f} ms, "
               f"p95 {_p(old_times, 0.95) * 1000:.0f} ms; this / baseline = {p50 / base:.2f}")
     print(f"decide with {args.waiting} waiting on {args.gpus} GPUs over {args.nodes} nodes "
           f"({len(snapshot.running)} running), {args.repeat} calls: "

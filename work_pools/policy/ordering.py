@@ -154,7 +154,8 @@ class FairQueue:
         return [(bucket_code // 4, queues) for bucket_code, queues in buckets] if cols.n else []
 
     def preemption_rank(self, seg: Segment, rank: int) -> int:
-        """`priority.preemption_rank`, from what this queue already resolved."""
+        """The rank a waiting segment preempts with: partial aging does not count, the full
+        boost (starving) does."""
         policy = self.ctx.policy
         if policy.ordering != "tier" or rank >= DELAYED_RANK or seg.id in self.starving:
             return rank

@@ -4,10 +4,11 @@ victims. Lower is more urgent (the `Tier` direction).
 With ordering "tier" it is the tier value minus an aging boost: one tier per
 `aging_step_s` of continuous waiting, at most `max_aging_tiers`, never above
 `aging_ceiling` (HIGH by default, so urgent work is never queued behind aged
-work; URGENT at most). A running segment keeps the boost it started with. Aging moves a segment up the queue
-(it takes GPUs at segment boundaries) but grants the right to preempt only once
-the segment is *starving* (it has the full boost): see `preemption_rank`. A segment of a team over its quota
-is *delayed*: it ranks `DELAYED_RANK` (5), below LOW, and does not age.
+work; URGENT at most). A running segment keeps the boost it started with. Aging
+moves a segment up the queue (it takes GPUs at segment boundaries) but grants the
+right to preempt only once the segment is *starving* (it has the full boost): see
+`ordering.FairQueue.preemption_rank`. A segment of a team over its quota is
+*delayed*: it ranks `DELAYED_RANK` (5), below LOW, and does not age.
 """
 
 from __future__ import annotations
@@ -46,31 +47,6 @@ def ranks_of(segments: Columns, now: float, policy: Policy, delayed: np.ndarray)
         ranks = np.where(tier <= ceiling, tier, np.maximum(ceiling, tier - boost))
     ranks[delayed] = DELAYED_RANK
     return ranks
-
-
-def preemption_rank(seg: Segment, now: float, policy: Policy, *, delayed: bool = False) -> int:
-    """The rank a waiting segment preempts with: partial aging does not count."""
-    if policy.ordering != "tier" or delayed or is_starving(seg, now, policy):
-        return effective_priority(seg, now, policy, delayed=delayed)
-    return int(seg.tier)
-
-
-def aging_boost(seg: Segment, now: float, policy: Policy) -> int:
-    """Tiers gained by waiting: floor(wait / aging_step_s), capped. A running segment
-    keeps the boost it had earned when it started (so it is not preempted by the
-    tier it was aged past), and ages no further."""
-    if policy.aging_step_s <= 0:
-        return 0
-    until = seg.started_at if seg.started_at is not None else now
-    waited = max(0.0, until - seg.waiting_since)
-    return min(policy.max_aging_tiers, int(waited // policy.aging_step_s))
-
-
-def is_starving(seg: Segment, now: float, policy: Policy) -> bool:
-    """Waited `starvation_bound_s`: ranks first within its (aged) rank, and may preempt."""
-    if seg.running or policy.aging_step_s <= 0 or policy.ordering != "tier":
-        return False
-    return now - seg.waiting_since >= starvation_bound_s(policy)
 
 
 def starvation_bound_s(policy: Policy) -> float:
