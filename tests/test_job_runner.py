@@ -145,3 +145,25 @@ def test_runner_killed_while_jobs_wait_each_job_trains_once(yoloq_stack, tiny_da
     for job_id in jobs:
         assert trainings_per_epoch(epoch_trainings(job_id)) == {1: 1}, job_id
         assert len(job(job_id).segments) == 1, "adopted, not queued again"
+
+
+def test_a_cancel_that_lands_as_the_flow_ends_leaves_the_run_cancelled(yoloq_stack, monkeypatch):
+    """The server refuses the engine's final state of a run set Cancelling meanwhile, and
+    nothing else would end it: the runner must, or the job stays Cancelling for good."""
+    from prefect.client.orchestration import get_client
+
+    from work_pools import job_runner
+
+    monkeypatch.syspath_prepend(str(job_runner.PROJECT_DIR))
+    from tests.runner_cancel_probe import cancelled_at_the_end
+
+    with get_client(sync_client=True) as client:
+        flow_id = client.create_flow(cancelled_at_the_end)
+        deployment = client.create_deployment(
+            flow_id=flow_id, name=f"cancel-probe-{os.getpid()}",
+            entrypoint="tests/runner_cancel_probe.py:cancelled_at_the_end")
+        run = client.create_flow_run_from_deployment(deployment)
+        assert job_runner.execute(run.id) == 0
+        state = client.read_flow_run(run.id).state
+    assert state.is_cancelled(), state
+    assert state.message == "cancelled as the job ended (probe cancelled)", state.message

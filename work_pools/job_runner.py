@@ -167,6 +167,7 @@ def execute(flow_run_id: Any) -> int:
     try:
         flow = patiently(lambda: load_flow(flow_run), "loading the job's flow", logger)
         run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
+        _end_cancelling(flow_run_id, logger)
     except (Abort, Pause) as exc:  # the server refused a transition, or another parent took over
         logger.info("flow run %s stopped by the orchestrator: %s", flow_run.name, exc)
     except Exception:
@@ -175,6 +176,30 @@ def execute(flow_run_id: Any) -> int:
     finally:
         gate.leave()
     return 0
+
+
+def _end_cancelling(flow_run_id: Any, logger: Any) -> None:
+    """A cancel that lands as the flow ends leaves the run Cancelling: the server refuses the
+    engine's final state, and nothing else would move it (the worker only cancels runs still
+    in flight). The flow has returned, so the run is Cancelled here. Seen in CI: a job
+    cancelled while its last segment completed stayed Cancelling for good."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelled
+
+    from flows.recovery import patiently
+
+    def end() -> str | None:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run_id).state
+            if state is None or not state.is_cancelling():
+                return None
+            message = f"cancelled as the job ended ({state.message or 'no reason given'})"
+            client.set_flow_run_state(flow_run_id, Cancelled(message=message), force=True)
+            return message
+
+    message = patiently(end, f"ending flow run {flow_run_id} Cancelled", logger)
+    if message:
+        logger.info("flow run %s: %s", flow_run_id, message)
 
 
 _flows: dict[str, Any] = {}
