@@ -92,24 +92,26 @@ class _Round:
     def rest_wait(self, current: Segment) -> None:
         """Reasons for `current` and every segment the queue has not reached (the order no
         longer matters: a reason depends only on the segment and the exhausted pool). Most
-        of 10,000 waiting segments end here, so they are handled a kind at a time."""
+        of 10,000 waiting segments end here, so they are handled a kind at a time: a size,
+        plus the team for a team over quota, plus the share held for a yielding one."""
         self.waiting[current.id] = self.reason(current)
-        rest = self.queue.unreached()
-        yielding = self.queue.yields[rest]
-        for i in rest[yielding].tolist():  # their reason names their own share of the window
-            seg = self.queue.segments[i]
-            self.waiting[seg.id] = self.reason(seg)
-        plain = rest[~yielding]
-        delayed = self.ctx.waiting_delayed[plain]
-        self._reasons_by_kind(plain[delayed], by_team=True)
-        self._reasons_by_kind(plain[~delayed], by_team=False)
+        cols, rest = self.ctx.waiting, self.queue.unreached()
+        delayed = self.ctx.waiting_delayed[rest]  # a team over quota is said first
+        yielding = self.queue.yields[rest] & ~delayed
+        plain = rest[~delayed & ~yielding]
+        self._reasons_by_kind(plain, None)
+        over = rest[delayed]
+        self._reasons_by_kind(over, [cols.teams[i] for i in over.tolist()])
+        held = rest[yielding]
+        shares = cols.held_window_s[held] / self.policy.long_job_window_s
+        self._reasons_by_kind(held, np.rint(shares * 100).tolist())  # the reason's "{:.0%}"
 
-    def _reasons_by_kind(self, rows: np.ndarray, by_team: bool) -> None:
-        """One reason per size (and team, for teams over quota), shared by its segments."""
+    def _reasons_by_kind(self, rows: np.ndarray, extra: list | None) -> None:
+        """One reason per kind (size, and `extra` per row when given), shared by its rows."""
         cols, rows_list = self.ctx.waiting, rows.tolist()
         sizes = zip(cols.gpus[rows].tolist(), cols.est_mem_gb[rows].tolist())
-        kinds = list(zip(sizes, [cols.teams[i] for i in rows_list])) if by_team else list(sizes)
-        first = dict(zip(reversed(kinds), reversed(rows_list)))  # kind -> its first segment
+        kinds = list(sizes) if extra is None else list(zip(sizes, extra))
+        first = dict(zip(reversed(kinds), reversed(rows_list)))  # kind -> its first row
         reasons = {kind: self.reason(self.queue.segments[i]) for kind, i in first.items()}
         self.waiting.update(zip([cols.ids[i] for i in rows_list], map(reasons.__getitem__, kinds)))
 

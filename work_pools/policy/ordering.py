@@ -102,7 +102,8 @@ class FairQueue:
         self._weights = {t: policy.weight(t) for t in teams}
         self._total_weight = sum(self._weights.values()) or 1.0
         self._total_usage = sum(max(0.0, self.usage.get(t, 0.0)) for t in teams)
-        self._factors: dict[str, float] = {}
+        self._factors: dict[str, float] = {}  # team -> fair factor, until the next charge
+        self._charges = 0
         ranks = ctx.waiting_ranks
         self.yields = yields = self._yielding_mask(ranks)
         starving = self._starving_mask()
@@ -165,6 +166,7 @@ class FairQueue:
         self.usage[team] = self.usage.get(team, 0.0) + amount_tu
         self._total_usage += amount_tu
         self._factors.clear()  # every team's share moved
+        self._charges += 1
 
     def _level(self, team: str) -> float:
         if team == _ALL:
@@ -215,13 +217,22 @@ class FairQueue:
             self._at += 1
 
     def _weighted(self, queues: dict[str, _Run]) -> Iterator[int]:
-        """Every team's factor moves when any team is charged: re-rank the heads each time."""
+        """Every team's factor moves when any team is charged: the heads are re-ranked after
+        each charge (between charges only the team just taken from has a new head)."""
         live = {t: q for t, q in queues.items() if q}
+        heap: list[tuple[tuple, str]] = []
+        ranked_at = -1  # `_charges` when the heap was built
         while live:
-            team = min(live, key=lambda t: (self._head(t, live[t]), t))
+            if ranked_at != self._charges:
+                heap = [(self._head(t, q), t) for t, q in live.items()]
+                heapq.heapify(heap)
+                ranked_at = self._charges
+            _, team = heapq.heappop(heap)
             yield live[team].pop()
             if not live[team]:
                 del live[team]
+            elif ranked_at == self._charges:  # else the heap is rebuilt before the next take
+                heapq.heappush(heap, (self._head(team, live[team]), team))
 
     def unreached(self) -> np.ndarray:
         """Rows (in `segments`) of the segments iteration has not yielded yet (after it was
