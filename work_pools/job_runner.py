@@ -181,9 +181,11 @@ def execute(flow_run_id: Any) -> int:
 def _end_cancelling(flow_run_id: Any, logger: Any) -> None:
     """A cancel that lands as the flow ends leaves the run Cancelling: the server refuses the
     engine's final state, and nothing else would move it (the worker only cancels runs still
-    in flight). The flow has returned, so the run is Cancelled here. Seen in CI: a job
-    cancelled while its last segment completed stayed Cancelling for good."""
+    in flight). The flow has returned, so the run is Cancelled here (the engine's own outcome
+    was refused; the job's history and MLflow run keep what it trained). Seen in CI: a job
+    cancelled while its last segment completed stayed Cancelling."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas import SetStateStatus
     from prefect.states import Cancelled
 
     from flows.recovery import patiently
@@ -194,12 +196,14 @@ def _end_cancelling(flow_run_id: Any, logger: Any) -> None:
             if state is None or not state.is_cancelling():
                 return None
             message = f"cancelled as the job ended ({state.message or 'no reason given'})"
-            client.set_flow_run_state(flow_run_id, Cancelled(message=message), force=True)
+            result = client.set_flow_run_state(flow_run_id, Cancelled(message=message))
+            if result.status != SetStateStatus.ACCEPT:  # it moved on meanwhile: leave it
+                return f"left as the server has it ({result.status.value}: {result.details})"
             return message
 
-    message = patiently(end, f"ending flow run {flow_run_id} Cancelled", logger)
-    if message:
-        logger.info("flow run %s: %s", flow_run_id, message)
+    outcome = patiently(end, f"ending flow run {flow_run_id} Cancelled", logger)
+    if outcome:
+        logger.info("flow run %s: %s", flow_run_id, outcome)
 
 
 _flows: dict[str, Any] = {}

@@ -40,8 +40,8 @@ def running_epoch(job_id: str) -> int | None:
 
 
 def epoch_reached(job_id: str, epoch: int) -> bool:
-    """True once a running segment of the job is past `epoch`; fails at once if the job has
-    ended first (a failed job would otherwise cost the whole wait)."""
+    """True once a running segment of the job is at `epoch` or later; fails at once if the
+    job has ended first (a failed job would otherwise cost the whole wait)."""
     if (running_epoch(job_id) or 0) >= epoch:
         return True
     from prefect.client.orchestration import get_client

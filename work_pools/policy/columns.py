@@ -35,7 +35,7 @@ class Columns:
     def _floats(self, attr: str) -> np.ndarray:
         return np.fromiter(map(itemgetter(attr), self._fields), float, self.n)
 
-    def _times(self, attr: str) -> np.ndarray:
+    def _optional_floats(self, attr: str) -> np.ndarray:
         values = map(itemgetter(attr), self._fields)
         return np.array([math.nan if v is None else v for v in values], float).reshape(self.n)
 
@@ -61,7 +61,7 @@ class Columns:
 
     @cached_property
     def started_at(self) -> np.ndarray:
-        return self._times("started_at")
+        return self._optional_floats("started_at")
 
     @cached_property
     def attained_gpu_s(self) -> np.ndarray:
@@ -81,7 +81,7 @@ class Columns:
 
     @cached_property
     def measured_epoch_s(self) -> np.ndarray:
-        return self._times("measured_epoch_s")
+        return self._optional_floats("measured_epoch_s")
 
     @cached_property
     def epoch(self) -> np.ndarray:

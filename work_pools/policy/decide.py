@@ -90,30 +90,34 @@ class _Round:
         return not self.held and not self.pool.any_free and self.planner.exhausted_for(rank)
 
     def rest_wait(self, current: Segment) -> None:
-        """Reasons for `current` and every segment the queue has not reached (the order no
-        longer matters: a reason depends only on the segment and the exhausted pool). Most
-        of 10,000 waiting segments end here, so they are handled a kind at a time: a size,
-        plus the team for a team over quota, plus the share held for a yielding one."""
+        """Reasons for `current` and every segment the queue has not reached, in queue order
+        (a reason depends only on the segment and the exhausted pool). Most of 10,000
+        waiting segments end here, so they are reasoned a kind at a time: the inputs of
+        `reason` (size; the team when it is over quota, else the share held when yielding)."""
         self.waiting[current.id] = self.reason(current)
         cols, rest = self.ctx.waiting, self.queue.unreached()
-        delayed = self.ctx.waiting_delayed[rest]  # a team over quota is said first
-        yielding = self.queue.yields[rest] & ~delayed
-        plain = rest[~delayed & ~yielding]
-        self._reasons_by_kind(plain, None)
-        over = rest[delayed]
-        self._reasons_by_kind(over, [cols.teams[i] for i in over.tolist()])
-        held = rest[yielding]
-        shares = cols.held_window_s[held] / self.policy.long_job_window_s
-        self._reasons_by_kind(held, np.rint(shares * 100).tolist())  # the reason's "{:.0%}"
+        delayed = self.ctx.waiting_delayed[rest]  # `why_waiting` names a team over quota first
+        yielding = self.queue.yield_mask[rest] & ~delayed
+        reasons: list[str] = [""] * len(rest)
+        self._reasons_by_kind(rest, ~delayed & ~yielding, None, reasons)
+        over = rest[delayed].tolist()
+        self._reasons_by_kind(rest, delayed, [cols.teams[i] for i in over], reasons)
+        shares = cols.held_window_s[rest[yielding]] / self.policy.long_job_window_s
+        self._reasons_by_kind(rest, yielding, [_yielding(s, self.policy) for s in shares.tolist()],
+                              reasons)
+        self.waiting.update(zip([cols.ids[i] for i in rest.tolist()], reasons))
 
-    def _reasons_by_kind(self, rows: np.ndarray, extra: list | None) -> None:
-        """One reason per kind (size, and `extra` per row when given), shared by its rows."""
-        cols, rows_list = self.ctx.waiting, rows.tolist()
+    def _reasons_by_kind(self, rest: np.ndarray, mask: np.ndarray, extra: list | None,
+                         reasons: list[str]) -> None:
+        """Fill `reasons` where `mask` is set: one `reason` call per kind (size, and `extra`
+        per row when given), shared by the rows of that kind."""
+        cols, rows = self.ctx.waiting, rest[mask]
         sizes = zip(cols.gpus[rows].tolist(), cols.est_mem_gb[rows].tolist())
         kinds = list(sizes) if extra is None else list(zip(sizes, extra))
-        first = dict(zip(reversed(kinds), reversed(rows_list)))  # kind -> its first row
-        reasons = {kind: self.reason(self.queue.segments[i]) for kind, i in first.items()}
-        self.waiting.update(zip([cols.ids[i] for i in rows_list], map(reasons.__getitem__, kinds)))
+        by_kind = {kind: i for kind, i in zip(kinds, rows.tolist())}  # any row of a kind will do
+        text = {kind: self.reason(self.queue.segments[i]) for kind, i in by_kind.items()}
+        for position, kind in zip(np.flatnonzero(mask).tolist(), kinds):
+            reasons[position] = text[kind]
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""
@@ -232,15 +236,18 @@ class _Round:
             return (f"waiting: team over quota ({breach.spent_tu:.2f} of {breach.budget_tu:.2f} TU "
                     f"this {breach.period}); runs only on GPUs nobody else wants")
         if seg.id in self.queue.yielding:
-            share = rules.held_share(seg, self.policy)
-            return (f"waiting: yielding to short experiments (held a GPU {share:.0%} of the last "
-                    f"{self.policy.long_job_window_s / 3600:.1f} h)")
+            return _yielding(rules.held_share(seg, self.policy), self.policy)
         key = (seg.gpus, seg.est_mem_gb)
         reason = self._no_gpu.get(key)
         if reason is None:
             gpus = "GPU" if seg.gpus == 1 else f"{seg.gpus} GPUs"
             reason = self._no_gpu[key] = f"waiting: no {gpus} with {seg.est_mem_gb:.1f} GB free"
         return reason
+
+
+def _yielding(share: float, policy: Policy) -> str:
+    return (f"waiting: yielding to short experiments (held a GPU {share:.0%} of the last "
+            f"{policy.long_job_window_s / 3600:.1f} h)")
 
 
 def _too_big(seg: Segment, pool: GpuPool) -> str:

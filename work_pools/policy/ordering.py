@@ -8,10 +8,12 @@ usage: decayed TU, plus what its running segments will use in the next
 `segment_s`, plus what was admitted earlier in this round (`charge`): that is
 `fair_share_mode="turns"`. With SRPT and `fair_share_mode="weight"` (yoloq's
 default) the teams share one queue per bucket and fair share enters as a weight
-on remaining work (`fair_factors`). Inside a team: with `within_rank="srpt"` (yoloq's default) the least estimated remaining
-work first (`remaining_work`: GPUs x remaining seconds, from measured epoch
-times when known), aged by waiting (`srpt_key`); with "submit", submission
-order. Ties: submission order, then id.
+on remaining work (`FairQueue.fair_factor`). Inside a team: with
+`within_rank="srpt"` (yoloq's default) the least estimated remaining work first
+(`remaining_work`: GPUs x remaining seconds, from measured epoch times when
+known), aged by waiting (`srpt_keys`); with "submit", submission order. Ties:
+submission order, then id. The rules run on numpy columns of the whole queue
+(`columns.Columns`): a pass orders 10,000 waiting segments in the pool bench.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def srpt_keys(segments: Columns, now: float, policy: Policy) -> np.ndarray:
 
 
 class FairQueue:
-    """Iterate waiting segments in policy order; `charge` a team for what it was given."""
+    """Iterate waiting segments in policy order; `charge` a team for what it was given.
+    One pass only: iterating again resumes where the last iteration was left."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -105,7 +108,7 @@ class FairQueue:
         self._factors: dict[str, float] = {}  # team -> fair factor, until the next charge
         self._charges = 0
         ranks = ctx.waiting_ranks
-        self.yields = yields = self._yielding_mask(ranks)
+        self.yield_mask = yields = self._yielding_mask(ranks)  # by row; `yielding`: by id
         starving = self._starving_mask()
         self.yielding = {cols.ids[i] for i in np.flatnonzero(yields).tolist()}
         self.starving = {cols.ids[i] for i in np.flatnonzero(starving).tolist()}
@@ -136,6 +139,8 @@ class FairQueue:
         """(rank, team -> that team's segments in key order) per bucket, most urgent first.
         One sort: bucket, team, key, submission, id."""
         cols = self.ctx.waiting
+        if not cols.n:
+            return []
         names = sorted(set(cols.teams)) if fair else [_ALL]
         code = {t: n for n, t in enumerate(names)}
         team = np.array([code[t] for t in cols.teams], np.int64).reshape(cols.n) if fair \
@@ -145,14 +150,14 @@ class FairQueue:
         ordered = bucket[order] * len(names) + team[order]
         cuts = (np.flatnonzero(np.diff(ordered)) + 1).tolist()
         starts = [0, *cuts]
-        order_list, codes = order.tolist(), ordered[starts].tolist() if cols.n else []
+        order_list, codes = order.tolist(), ordered[starts].tolist()
         buckets: list[tuple[int, dict[str, _Run]]] = []
         for begin, end, group in zip(starts, [*cuts, cols.n], codes):
             bucket_code, team_code = divmod(group, len(names))
             if not buckets or buckets[-1][0] != bucket_code:
                 buckets.append((bucket_code, {}))
             buckets[-1][1][names[team_code]] = _Run(order_list[begin:end])
-        return [(bucket_code // 4, queues) for bucket_code, queues in buckets] if cols.n else []
+        return [(bucket_code // 4, queues) for bucket_code, queues in buckets]
 
     def preemption_rank(self, seg: Segment, rank: int) -> int:
         """The rank a waiting segment preempts with: partial aging does not count, the full
