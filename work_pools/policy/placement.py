@@ -32,6 +32,7 @@ class GpuPool:
         self.free = [g.mem_free_gb for g in gpu_list]
         self.occupants: list[list[tuple[str, float]]] = [[] for _ in gpu_list]
         self.reserved: set[int] = set()
+        self._slots_of: dict[str, list[int]] = {}  # running segment id -> its slots
         for seg in running:
             for s in self.slots(seg):
                 self.occupants[s].append((seg.id, seg.est_mem_gb))
@@ -44,9 +45,13 @@ class GpuPool:
         self._ever_fits: dict[tuple[int, float], bool] = {}
 
     def slots(self, seg: Segment) -> list[int]:
-        """The pool slots of a running segment's GPUs (unknown GPUs are skipped)."""
-        slot_of = self.slot_of
-        return [slot_of[k] for k in ((seg.node, i) for i in seg.gpu_indices) if k in slot_of]
+        """The pool slots of a running segment's GPUs (unknown GPUs are skipped); fixed for
+        the call, so the victim search asks once per victim."""
+        found = self._slots_of.get(seg.id)
+        if found is None:
+            keys = ((seg.node, i) for i in seg.gpu_indices)
+            found = self._slots_of[seg.id] = [self.slot_of[k] for k in keys if k in self.slot_of]
+        return found
 
     # -- bookkeeping ------------------------------------------------------
     def _entry(self, s: int) -> _Entry:

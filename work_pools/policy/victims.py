@@ -73,7 +73,6 @@ class VictimPlanner:
         # jobs still waiting for a victim already asked to stop on their behalf
         asked_for = {v.stopping_for for v in running if v.stopping and v.stopping_for}
         self.claimants = asked_for & {s.job_id for s in waiting} if asked_for else set()
-        self._slots: dict[str, list[int]] = {}  # victim id -> its pool slots (fixed per call)
         self._head = 0  # self.order[:_head] are all taken
         self._softest_at, self._softest_rank = -1, 0
         self._fair_share_equal = policy.fair_share and policy.fairshare_preempt_over > 0
@@ -133,9 +132,7 @@ class VictimPlanner:
             state = states.setdefault(node, _NodeState(ready.get(node, [])[:need]))
             if state.done:
                 continue
-            slots = self._slots.get(victim.id)
-            if slots is None:
-                slots = self._slots[victim.id] = pool.slots(victim)
+            slots = pool.slots(victim)
             state.chosen.append((victim, slots))
             for s in slots:
                 if s in pool.reserved or s in state.opened:
