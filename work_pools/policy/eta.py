@@ -33,9 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from work_pools.policy import fairshare, rules
-from work_pools.policy.columns import Columns
 from work_pools.policy.model import Policy, Snapshot
-from work_pools.policy.ordering import FairQueue, build_context, srpt_keys
+from work_pools.policy.ordering import Context, FairQueue, build_context, srpt_keys
 from work_pools.policy.priority import starvation_bound_s
 
 Z80 = 1.2816  # standard normal 90th percentile: [p10, p90] is the 80% interval
@@ -94,8 +93,8 @@ def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,
              wanted: set[str] | None) -> tuple[dict[str, int], dict[str, float]]:
     horizon = _aged_horizon(policy)
     ctx = build_context(snapshot, policy, now + horizon)
-    current = build_context(snapshot, policy, now).ranks if horizon else ctx.ranks
-    work = _works(snapshot, now, policy)
+    current = ctx.ranks_at(now) if horizon else ctx.ranks
+    work = _works(ctx, now, policy)
     slots = _initial_slots(snapshot, ctx.ranks, policy, now, scale, work)
     positions: dict[str, int] = {}
     starts: dict[str, float] = {}
@@ -149,12 +148,14 @@ def _initial_slots(snapshot: Snapshot, ranks: dict[str, int], policy: Policy, no
     return list(slots.values())
 
 
-def _works(snapshot: Snapshot, now: float, policy: Policy) -> dict[str, float]:
+def _works(ctx: Context, now: float, policy: Policy) -> dict[str, float]:
     """Segment id -> the SRPT key it competes with (infinite without SRPT)."""
-    segments = Columns((*snapshot.running, *snapshot.waiting))
-    if policy.within_rank == "srpt" and policy.ordering == "tier":
-        return dict(zip(segments.ids, srpt_keys(segments, now, policy).tolist()))
-    return dict.fromkeys(segments.ids, math.inf)
+    srpt = policy.within_rank == "srpt" and policy.ordering == "tier"
+    works: dict[str, float] = {}
+    for segments in (ctx.running, ctx.waiting):
+        keys = srpt_keys(segments, now, policy).tolist() if srpt else [math.inf] * segments.n
+        works.update(zip(segments.ids, keys))
+    return works
 
 
 def _available_at(slot: _Slot, rank: int, policy: Policy, work: float = math.inf) -> float:

@@ -48,6 +48,12 @@ class Context:
     waiting: Columns  # the snapshot's waiting segments
     waiting_ranks: np.ndarray  # their ranks, in snapshot order
     waiting_delayed: np.ndarray  # which of them belong to a team over quota
+    running: Columns  # the snapshot's running segments
+
+    def ranks_at(self, now: float) -> dict[str, int]:
+        """`ranks` of the same segments at another time (the ETA reads the queue ahead)."""
+        return _ranks(self.running, self.waiting, self.waiting_delayed, now, self.policy,
+                      self.delayed_teams)[0]
 
 
 def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
@@ -55,10 +61,7 @@ def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
     delayed = frozenset(b.team for b in breaches)
     running, waiting = Columns(snapshot.running), Columns(snapshot.waiting)
     waiting_delayed = waiting.in_teams(delayed)
-    waiting_ranks = ranks_of(waiting, now, policy, waiting_delayed)
-    running_ranks = ranks_of(running, now, policy, running.in_teams(delayed))
-    ranks = dict(zip(running.ids, running_ranks.tolist()))
-    ranks.update(zip(waiting.ids, waiting_ranks.tolist()))
+    ranks, waiting_ranks = _ranks(running, waiting, waiting_delayed, now, policy, delayed)
     teams = set(running.teams) | set(waiting.teams)
     ratios = fairshare.share_ratios(snapshot.team_usage_tu, teams, policy)
     usage = {t: snapshot.team_usage_tu.get(t, 0.0) for t in teams}
@@ -68,7 +71,17 @@ def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
         usage[seg.team] += fairshare.tu(speed, policy.segment_s, seg.gpus)
     short_ranks = frozenset(waiting_ranks[waiting.short].tolist())
     return Context(now, policy, breaches, delayed, ranks, ratios, usage, short_ranks, waiting,
-                   waiting_ranks, waiting_delayed)
+                   waiting_ranks, waiting_delayed, running)
+
+
+def _ranks(running: Columns, waiting: Columns, waiting_delayed: np.ndarray, now: float,
+           policy: Policy, delayed: frozenset[str]) -> tuple[dict[str, int], np.ndarray]:
+    """(segment id -> rank for running and waiting, the waiting segments' ranks by row)."""
+    waiting_ranks = ranks_of(waiting, now, policy, waiting_delayed)
+    running_ranks = ranks_of(running, now, policy, running.in_teams(delayed))
+    ranks = dict(zip(running.ids, running_ranks.tolist()))
+    ranks.update(zip(waiting.ids, waiting_ranks.tolist()))
+    return ranks, waiting_ranks
 
 
 def remaining_work(segments: Columns) -> np.ndarray:
