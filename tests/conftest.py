@@ -94,6 +94,23 @@ def pytest_configure_node(node):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _fail_on_network_escapes(session)
+    _remove_session_dir_if_passed(session)
+
+
+def _remove_session_dir_if_passed(session) -> None:
+    """The session folder (stack state, checkpoints, datasets) holds 1-3 GB after a full run:
+    removed when this process's run passed, kept (and named) when it failed or when
+    YOLOQ_KEEP_TEST_DIR is set. Leaving them all behind filled a disk over a day's runs."""
+    import shutil
+
+    if session.exitstatus != 0 or os.environ.get("YOLOQ_KEEP_TEST_DIR"):
+        print(f"\nyoloq tests: session folder kept: {_SESSION_DIR}", file=sys.stderr)
+        return
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
+def _fail_on_network_escapes(session) -> None:
     """Fail the run if any process tried a non-loopback connection at any time, fixtures and
     teardown included (the per-test check cannot see those). Under pytest-xdist each worker
     writes its report into the controller's folder, and the controller fails the run."""
