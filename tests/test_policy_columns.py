@@ -22,7 +22,7 @@ def _waiting(n: int, seed: int) -> list[Segment]:
                     waiting_since=NOW - 2000 * rng.randint(0, 4), est_mem_gb=rng.choice([4, 12, 60]),
                     gpus=rng.choice([1, 1, 2]), est_remaining_s=rng.choice([600.0, 1200.0]),
                     measured_epoch_s=rng.choice([None, 30.0]), epoch=rng.randint(0, 4), epochs=10,
-                    job_class=rng.choice(["short", "full"]), held_window_s=rng.choice([0, 13000]))
+                    job_class=rng.choice(["short", "full"]), held_window_s=rng.choice([0, 13000, 13100, 13500, 14000]))
             for i in range(n)]
 
 
@@ -60,7 +60,8 @@ def test_every_segment_left_unreached_gets_the_reason_of_its_kind():
     short_ranks = {rank[s.id] for s in waiting if s.job_class == "short"}
     yielding = {s.id for s in waiting if s.job_class == "full" and rank[s.id] in short_ranks
                 and s.held_window_s / policy.long_job_window_s > 0.7}  # the 70% rule
-    assert yielding, "the seed gives no yielding segment: the test would not see that branch"
+    shares = {f"{s.held_window_s / policy.long_job_window_s:.0%}" for s in waiting if s.id in yielding}
+    assert len(shares) == 4, f"the seed gives yielding shares {shares}: each text needs its own kind"
     for seg in waiting:
         reason = decision.waiting.get(seg.id)
         if seg.id in admitted:

@@ -92,32 +92,35 @@ class _Round:
     def rest_wait(self, current: Segment) -> None:
         """Reasons for `current` and every segment the queue has not reached, in queue order
         (a reason depends only on the segment and the exhausted pool). Most of 10,000
-        waiting segments end here, so they are reasoned a kind at a time: the inputs of
-        `reason` (size; the team when it is over quota, else the share held when yielding)."""
+        waiting segments end here, so `reason` runs once per kind of segment (`_kinds`) and
+        its text is shared by every segment of that kind."""
         self.waiting[current.id] = self.reason(current)
-        cols, rest = self.ctx.waiting, self.queue.unreached()
-        delayed = self.ctx.waiting_delayed[rest]  # `why_waiting` names a team over quota first
-        yielding = self.queue.yield_mask[rest] & ~delayed
-        reasons: list[str] = [""] * len(rest)
-        self._reasons_by_kind(rest, ~delayed & ~yielding, None, reasons)
-        over = rest[delayed].tolist()
-        self._reasons_by_kind(rest, delayed, [cols.teams[i] for i in over], reasons)
-        shares = cols.held_window_s[rest[yielding]] / self.policy.long_job_window_s
-        self._reasons_by_kind(rest, yielding, [_yielding(s, self.policy) for s in shares.tolist()],
-                              reasons)
-        self.waiting.update(zip([cols.ids[i] for i in rest.tolist()], reasons))
+        rest = self.queue.unreached()
+        if not len(rest):
+            return
+        _, first, kind_of = np.unique(self._kinds(rest), return_index=True, return_inverse=True)
+        texts = [self.reason(self.queue.segments[row]) for row in rest[first].tolist()]
+        reasons = np.array(texts, dtype=object)[kind_of.reshape(-1)]
+        self.waiting.update(zip(self.ctx.waiting.id_array[rest].tolist(), reasons.tolist()))
 
-    def _reasons_by_kind(self, rest: np.ndarray, mask: np.ndarray, extra: list | None,
-                         reasons: list[str]) -> None:
-        """Fill `reasons` where `mask` is set: one `reason` call per kind (size, and `extra`
-        per row when given), shared by the rows of that kind."""
-        cols, rows = self.ctx.waiting, rest[mask]
-        sizes = zip(cols.gpus[rows].tolist(), cols.est_mem_gb[rows].tolist())
-        kinds = list(sizes) if extra is None else list(zip(sizes, extra))
-        by_kind = {kind: i for kind, i in zip(kinds, rows.tolist())}  # any row of a kind will do
-        text = {kind: self.reason(self.queue.segments[i]) for kind, i in by_kind.items()}
-        for position, kind in zip(np.flatnonzero(mask).tolist(), kinds):
-            reasons[position] = text[kind]
+    def _kinds(self, rows: np.ndarray) -> np.ndarray:
+        """A code per row for what `reason` reads of it: its size (GPUs, memory), plus its team
+        when the team is over quota (`why_waiting` names that first), else, when it yields to
+        short experiments, the share it held in whole percent (what the text shows:
+        `format(share, ".0%")` rounds `share * 100` half to even, as `np.rint` does)."""
+        cols = self.ctx.waiting
+        delayed = self.ctx.waiting_delayed[rows]
+        yielding = self.queue.yield_mask[rows] & ~delayed
+        names, teams = cols.team_codes
+        extra = np.zeros(len(rows), np.int64)
+        extra[delayed] = 1 + teams[rows[delayed]]
+        if yielding.any():
+            share = cols.held_window_s[rows[yielding]] / self.policy.long_job_window_s
+            extra[yielding] = 1 + len(names) + np.rint(share * 100.0).astype(np.int64)
+        gpus = cols.gpus[rows].astype(np.int64)
+        _, mem = np.unique(cols.est_mem_gb[rows], return_inverse=True)
+        size = mem.reshape(-1) * (int(gpus.max()) + 1) + gpus
+        return extra * (int(size.max()) + 1) + size
 
     def waiting_reason(self, seg: Segment, rank: int) -> None:
         """Try to start `seg`; when it cannot, record why it waits."""

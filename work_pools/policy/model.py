@@ -39,7 +39,7 @@ class Gpu:
         return (self.node, self.index)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     """A schedulable time slice of a training job (one flow run of `train-segment`).
 

@@ -154,19 +154,17 @@ class FairQueue:
         cols = self.ctx.waiting
         if not cols.n:
             return []
-        names = sorted(set(cols.teams)) if fair else [_ALL]
-        code = {t: n for n, t in enumerate(names)}
-        team = np.array([code[t] for t in cols.teams], np.int64).reshape(cols.n) if fair \
-            else np.zeros(cols.n, np.int64)
-        order = _by_id_on_ties(np.lexsort((cols.submitted_at, keys, team, bucket)), cols.ids,
-                               (bucket, team, keys, cols.submitted_at))
-        ordered = bucket[order] * len(names) + team[order]
+        names, team = cols.team_codes if fair else ([_ALL], np.zeros(cols.n, np.int64))
+        group = bucket * len(names) + team  # sorts as (bucket, team)
+        order = _by_id_on_ties(np.lexsort((cols.submitted_at, keys, group)), cols.ids,
+                               (group, keys, cols.submitted_at))
+        ordered = group[order]
         cuts = (np.flatnonzero(np.diff(ordered)) + 1).tolist()
         starts = [0, *cuts]
         order_list, codes = order.tolist(), ordered[starts].tolist()
         buckets: list[tuple[int, dict[str, _Run]]] = []
-        for begin, end, group in zip(starts, [*cuts, cols.n], codes):
-            bucket_code, team_code = divmod(group, len(names))
+        for begin, end, code in zip(starts, [*cuts, cols.n], codes):
+            bucket_code, team_code = divmod(code, len(names))
             if not buckets or buckets[-1][0] != bucket_code:
                 buckets.append((bucket_code, {}))
             buckets[-1][1][names[team_code]] = _Run(order_list[begin:end])

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from work_pools.policy import fairshare
 from work_pools.policy.decide import decide
@@ -291,10 +291,10 @@ class Simulator(Sharing):
         attained = job.attained_gpu_s + (self.now - job.run_start) * len(job.gpus_held)
         first = self.gpus[job.gpus_held[0]]
         indices = tuple(self.gpus[i].index for i in job.gpus_held)
-        return Segment(**{**seg.__dict__, "gpu_indices": indices, "node": first.node,
-                          "est_mem_gb": job.mem_gb, "started_at": job.started_seg_at,
-                          "attained_gpu_s": attained, "held_since": job.held_since,
-                          "last_checkpoint_at": self.now - since_checkpoint / job.speed})
+        return replace(seg, gpu_indices=indices, node=first.node, est_mem_gb=job.mem_gb,
+                       started_at=job.started_seg_at, attained_gpu_s=attained,
+                       held_since=job.held_since,
+                       last_checkpoint_at=self.now - since_checkpoint / job.speed)
 
     def _held_in_window(self, job: JobRun) -> float:
         start = self.now - self.policy.long_job_window_s
