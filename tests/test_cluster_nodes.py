@@ -80,24 +80,35 @@ def _complete(pool, job_id: str, epochs: int) -> dict:
     return status
 
 
-def test_urgent_preempts_only_the_cheapest_victim_in_the_pool(pool, tiny_dataset, tmp_path):
-    """All three nodes busy (low on one, normal on two): one urgent job preempts the low job
-    and nothing else, then runs on the low job's node."""
+def test_a_free_gpu_is_used_first_then_urgent_preempts_only_the_cheapest_victim(pool, tiny_dataset,
+                                                                               tmp_path):
+    """A low job runs on one node, two nodes are free: an urgent job lands on a free node and
+    nobody is preempted. Then all three nodes busy (low on one, normal on two): a second
+    urgent job preempts the low job and nothing else. Running jobs are frozen meanwhile."""
     low = pool.submit(_spec(pool, tmp_path, "low", "low", 2, tiny_dataset))
     low_seg = wait_for(lambda: _running(low), "the low job to run")
     frozen = [freeze(low_seg.id)]
-    normals = [pool.submit(_spec(pool, tmp_path, f"normal{i}", "normal", 2, tiny_dataset))
-               for i in (1, 2)]
-    normal_segs = [wait_for(lambda j=j: _running(j), f"{j} to run") for j in normals]
-    frozen += [freeze(s.id) for s in normal_segs]
-    assert {_node(low_seg), *map(_node, normal_segs)} == {"a", "b", "c"}
+    try:
+        first = pool.submit(_spec(pool, tmp_path, "urgent1", "urgent", 1, tiny_dataset))
+        first_seg = wait_for(lambda: _running(first) or _done(first), "the first urgent job to run")
+        assert _node(first_seg) != _node(low_seg)
+        assert not any(_asked(s) for s in _segments(low)), "nobody was preempted for a free GPU"
+        _complete(pool, first, 1)
 
-    urgent = pool.submit(_spec(pool, tmp_path, "urgent", "urgent", 1, tiny_dataset))
-    wait_for(lambda: any(_asked(s) for j in (low, *normals) for s in _segments(j)), "a preemption")
-    time.sleep(5)  # several more scheduler passes: a second preemption would show now
-    asked = {j: [s.name for s in _segments(j) if _asked(s)] for j in (low, *normals)}
-    for pid in frozen:
-        thaw(pid)
+        normals = [pool.submit(_spec(pool, tmp_path, f"normal{i}", "normal", 2, tiny_dataset))
+                   for i in (1, 2)]
+        normal_segs = [wait_for(lambda j=j: _running(j), f"{j} to run") for j in normals]
+        frozen += [freeze(s.id) for s in normal_segs]
+        assert {_node(low_seg), *map(_node, normal_segs)} == {"a", "b", "c"}
+
+        urgent = pool.submit(_spec(pool, tmp_path, "urgent2", "urgent", 1, tiny_dataset))
+        wait_for(lambda: any(_asked(s) for j in (low, *normals) for s in _segments(j)),
+                 "a preemption")
+        time.sleep(5)  # several more scheduler passes: a second preemption would show now
+        asked = {j: [s.name for s in _segments(j) if _asked(s)] for j in (low, *normals)}
+    finally:
+        for pid in frozen:
+            thaw(pid)
     assert len(asked[low]) == 1 and not asked[normals[0]] and not asked[normals[1]], asked
 
     for job_id, epochs in ((urgent, 1), (low, 2), *((j, 2) for j in normals)):
@@ -108,22 +119,6 @@ def test_urgent_preempts_only_the_cheapest_victim_in_the_pool(pool, tiny_dataset
     assert _node(urgent_seg) in {"a", "b", "c"}
     assert [len(_segments(j)) for j in normals] == [1, 1], "the normal jobs were never stopped"
     assert len(_segments(low)) == 2, "the low job resumed once"
-
-
-def test_a_free_gpu_anywhere_is_used_before_anyone_is_preempted(pool, tiny_dataset, tmp_path):
-    low = pool.submit(_spec(pool, tmp_path, "low2", "low", 2, tiny_dataset))
-    low_seg = wait_for(lambda: _running(low), "the low job to run")
-    pid = freeze(low_seg.id)
-    try:
-        urgent = pool.submit(_spec(pool, tmp_path, "urgent2", "urgent", 1, tiny_dataset))
-        urgent_seg = wait_for(lambda: _running(urgent) or _done(urgent), "the urgent job to run")
-        assert _node(urgent_seg) != _node(low_seg)
-        assert not any(_asked(s) for s in _segments(low)), "nobody was preempted"
-    finally:
-        thaw(pid)
-    _complete(pool, urgent, 1)
-    _complete(pool, low, 2)
-    assert len(_segments(low)) == 1
 
 
 def _done(job_id: str):

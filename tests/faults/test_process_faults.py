@@ -90,8 +90,9 @@ def _assert_finalised_once(job: str, run, model_name: str) -> None:
 
 def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs_dataset, tmp_path):
     """`yoloq up` after the worker died: the live parent (and its runner) are left alone, the
-    orphaned segment is stopped by the new worker, and the same parent process finishes the
-    job (its token on the flow run never changes)."""
+    orphaned segment is killed and marked Crashed by the new worker (its orphan check), the job
+    resumes from its checkpoint, and the same parent process finishes the job (its token on
+    the flow run never changes)."""
     import os
 
     from prefect.client.orchestration import get_client
@@ -112,6 +113,8 @@ def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs
     assert up.returncode == 0, up.stderr[-2000:]
     assert "recovered" not in up.stdout, up.stdout  # nothing to reset: every process is alive
     result = assert_job_recovered(job, 3)
+    first = segments(job)[0]
+    assert first.state.is_crashed(), first.state  # marked by the new agent's orphan check
     with get_client(sync_client=True) as client:
         assert (parent_run(client, job).labels or {}).get(ParentGuard.LABEL) == token, \
             "one parent process ran the job from start to end"
