@@ -30,16 +30,38 @@ def yoloq(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+FINAL_STATES = ("Completed", "Failed", "Cancelled", "Crashed")
+
+
+def job_states_here(job_id: str | None = None) -> dict[str, str]:
+    """job id -> state, read in this process through the Prefect API its settings name (the
+    rows `yoloq status --json` prints). Empty when that API does not answer or knows no such
+    job: this process may point at another stack than the `cli` a caller polls."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.records.jobs import list_jobs
+
+    try:
+        with get_client(sync_client=True) as client:
+            return {job.job_id: job.state for job in list_jobs(client, job_id)}
+    except Exception:  # noqa: BLE001 - a cheap probe; the CLI is asked instead
+        return {}
+
+
 def wait_final(job_id: str, timeout_s: float = 900, cli=None) -> dict:
-    """Poll `yoloq status` (through `cli`, default this stack's) until the job has ended."""
+    """Wait until the job has ended; returns `yoloq status JOB --json` (through `cli`, default
+    this stack's). Polled in this process while it sees the job: a CLI call per poll starts an
+    interpreter and imports Prefect, about a core's worth of CPU on a 2-core host."""
     cli = cli or yoloq
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        out = cli("status", job_id, "--json")
-        if out.returncode == 0:
-            status = json.loads(out.stdout)
-            if status["state"] in ("Completed", "Failed", "Cancelled", "Crashed"):
-                return status
+        seen = job_states_here(job_id).get(job_id)
+        if seen is None or seen in FINAL_STATES:
+            out = cli("status", job_id, "--json")
+            if out.returncode == 0:
+                status = json.loads(out.stdout)
+                if status["state"] in FINAL_STATES:
+                    return status
         time.sleep(2)
     raise AssertionError(f"job {job_id} did not finish in {timeout_s}s")
 

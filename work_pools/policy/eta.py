@@ -93,7 +93,7 @@ def _forward(snapshot: Snapshot, policy: Policy, now: float, scale: float,
              wanted: set[str] | None) -> tuple[dict[str, int], dict[str, float]]:
     horizon = _aged_horizon(policy)
     ctx = build_context(snapshot, policy, now + horizon)
-    current = ctx.ranks_at(now) if horizon else ctx.ranks
+    current = ctx.ranks_at(now)
     work = _works(ctx, now, policy)
     slots = _initial_slots(snapshot, ctx.ranks, policy, now, scale, work)
     positions: dict[str, int] = {}

@@ -41,7 +41,7 @@ class Context:
     policy: Policy
     breaches: tuple[QuotaBreach, ...]
     delayed_teams: frozenset[str]
-    ranks: dict[str, int]  # segment id -> effective priority (running and waiting)
+    ranks: dict[str, int]  # running segment id -> effective priority (victims are running)
     ratios: dict[str, float]  # team -> usage share / entitlement
     usage: dict[str, float]  # team -> decayed TU + committed by running segments
     short_ranks: frozenset[int]  # ranks at which a short experiment is waiting
@@ -51,9 +51,10 @@ class Context:
     running: Columns  # the snapshot's running segments
 
     def ranks_at(self, now: float) -> dict[str, int]:
-        """`ranks` of the same segments at another time (the ETA reads the queue ahead)."""
-        return _ranks(self.running, self.waiting, self.waiting_delayed, now, self.policy,
-                      self.delayed_teams)[0]
+        """Segment id -> rank, running and waiting, at `now` (the ETA reads the queue ahead)."""
+        running, waiting = _ranks(self.running, self.waiting, self.waiting_delayed, now,
+                                  self.policy, self.delayed_teams)
+        return {**running, **dict(zip(self.waiting.ids, waiting.tolist()))}
 
 
 def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
@@ -76,12 +77,10 @@ def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
 
 def _ranks(running: Columns, waiting: Columns, waiting_delayed: np.ndarray, now: float,
            policy: Policy, delayed: frozenset[str]) -> tuple[dict[str, int], np.ndarray]:
-    """(segment id -> rank for running and waiting, the waiting segments' ranks by row)."""
+    """(running segment id -> rank, the waiting segments' ranks by row)."""
     waiting_ranks = ranks_of(waiting, now, policy, waiting_delayed)
     running_ranks = ranks_of(running, now, policy, running.in_teams(delayed))
-    ranks = dict(zip(running.ids, running_ranks.tolist()))
-    ranks.update(zip(waiting.ids, waiting_ranks.tolist()))
-    return ranks, waiting_ranks
+    return dict(zip(running.ids, running_ranks.tolist())), waiting_ranks
 
 
 def remaining_work(segments: Columns) -> np.ndarray:

@@ -120,11 +120,12 @@ class VictimPlanner:
         fits there (a single GPU: the first fit is the cheapest); with several candidate
         nodes for a gang, the node whose set `set_cost` is lowest."""
         need = seg.gpus
-        allow_shared = self.policy.share_gpus and need == 1
-        ready = pool.fitting_by_node(seg.est_mem_gb, allow_shared) if need > 1 else {}
+        tail = self.protected if rank <= _URGENT else []
+        if need == 1:
+            return self._first_fit(seg, rank, pool, tail)
+        ready = pool.fitting_by_node(seg.est_mem_gb, False)
         states: dict[str, _NodeState] = {}
         best: tuple[tuple, Plan] | None = None
-        tail = self.protected if rank <= _URGENT else []
         for victim in self._candidates(rank, tail, lambda: best):
             if victim.id in self.taken or not self.may_preempt(seg, rank, victim):
                 continue
@@ -145,12 +146,34 @@ class VictimPlanner:
                 continue
             state.done = True
             found = state.plan(need)
-            if need == 1 or not pool.multi_node:
+            if not pool.multi_node:
                 return found
             cost = self.set_cost(found)
             if best is None or cost < best[0]:
                 best = (cost, found)
         return best[1] if best else None
+
+    def _first_fit(self, seg: Segment, rank: int, pool: GpuPool,
+                   tail: list[Segment]) -> Plan | None:
+        """One GPU: victims in order until some GPU would fit the segment (the first fit is
+        the cheapest); the victims kept are those on that GPU. Slots are unique across nodes,
+        so no per-node state is needed."""
+        freed: dict[int, float] = defaultdict(float)
+        evicted: dict[int, int] = defaultdict(int)
+        chosen: list[tuple[Segment, list[int]]] = []
+        for victim in self._candidates(rank, tail, lambda: None):
+            if victim.id in self.taken or not self.may_preempt(seg, rank, victim):
+                continue
+            slots = pool.slots(victim)
+            chosen.append((victim, slots))
+            for s in slots:
+                if s in pool.reserved:
+                    continue
+                freed[s] += victim.est_mem_gb
+                evicted[s] += 1
+                if self._fits_after(pool, s, freed[s], evicted[s], seg):
+                    return Plan((s,), tuple(v for v, on in chosen if s in on))
+        return None
 
     def _candidates(self, rank: int, tail: list[Segment],
                     best: Callable[[], tuple[tuple, Plan] | None]) -> Iterator[Segment]:
