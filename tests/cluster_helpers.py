@@ -298,14 +298,9 @@ def job_states(pool: Pool) -> dict[str, str]:
 
 
 def wait_load(pool: Pool, ids: dict[str, Any], timeout_s: float, echo: Any = None) -> None:
-    """Poll until every job has ended: in this process (cluster_pool points its Prefect settings
-    at the pool; a `yoloq status` process per poll costs a core of CPU), the CLI when that
-    read fails. `load_figures` reads the final states through the CLI."""
-    from stack_helpers import job_states_here
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        states = job_states_here() or job_states(pool)
+        states = job_states(pool)
         ended = sum(1 for j in ids if states.get(j) in FINAL)
         if echo:
             echo(f"{ended}/{len(ids)} jobs ended")
