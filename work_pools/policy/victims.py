@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from work_pools.policy import rules
@@ -135,13 +135,8 @@ class VictimPlanner:
                 continue
             slots = pool.slots(victim)
             state.chosen.append((victim, slots))
-            for s in slots:
-                if s in pool.reserved or s in state.opened:
-                    continue
-                state.freed[s] += victim.est_mem_gb
-                state.evicted[s] += 1
-                if self._fits_after(pool, s, state.freed[s], state.evicted[s], seg):
-                    state.opened.append(s)
+            state.opened += list(self._freed_to_fit(pool, victim, slots, state.freed,
+                                                    state.evicted, seg, state.opened))
             if len(state.ready) + len(state.opened) < need:
                 continue
             state.done = True
@@ -166,14 +161,23 @@ class VictimPlanner:
                 continue
             slots = pool.slots(victim)
             chosen.append((victim, slots))
-            for s in slots:
-                if s in pool.reserved:
-                    continue
-                freed[s] += victim.est_mem_gb
-                evicted[s] += 1
-                if self._fits_after(pool, s, freed[s], evicted[s], seg):
-                    return Plan((s,), tuple(v for v, on in chosen if s in on))
+            for s in self._freed_to_fit(pool, victim, slots, freed, evicted, seg, ()):
+                return Plan((s,), tuple(v for v, on in chosen if s in on))
         return None
+
+    def _freed_to_fit(self, pool: GpuPool, victim: Segment, slots: list[int],
+                      freed: dict[int, float], evicted: dict[int, int], seg: Segment,
+                      opened: Collection[int]) -> Iterator[int]:
+        """Count `victim` out of its slots (reserved and already `opened` ones skipped) and
+        yield, in slot order, those where `seg` now fits. Lazy: a caller that stops at the
+        first leaves the later slots uncounted, as the one-GPU search does."""
+        for s in slots:
+            if s in pool.reserved or s in opened:
+                continue
+            freed[s] += victim.est_mem_gb
+            evicted[s] += 1
+            if self._fits_after(pool, s, freed[s], evicted[s], seg):
+                yield s
 
     def _candidates(self, rank: int, tail: list[Segment],
                     best: Callable[[], tuple[tuple, Plan] | None]) -> Iterator[Segment]:
