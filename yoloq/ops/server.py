@@ -43,6 +43,26 @@ def database_outage_is_retryable() -> None:
     server.is_client_retryable_exception = retryable
 
 
+def sqlite_writes_begin_immediate() -> None:
+    """Begin every SQLite write transaction IMMEDIATE, so it waits for the write lock.
+
+    Prefect begins them DEFERRED: the first read takes a snapshot, and the first write then
+    needs the lock. When another connection (the event persister, another request) committed
+    in between, SQLite cannot upgrade that snapshot and fails at once with `database is locked`
+    (its busy timeout does not apply), Prefect answers 503, and the client sleeps 2-4 s before
+    it retries. Taking the lock at BEGIN makes such a transaction wait its turn instead.
+    Transactions Prefect does not begin explicitly (its reads) are left as they are.
+    """
+    from prefect.server.database import configurations
+
+    stock = configurations.AioSqliteConfiguration.begin_transaction
+
+    def begin_transaction(self, session, with_for_update: bool = False):
+        return stock(self, session, with_for_update=True)
+
+    configurations.AioSqliteConfiguration.begin_transaction = begin_transaction
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -55,6 +75,7 @@ def main() -> None:
 
     collections.get_collection_view = bundled_collection_view
     database_outage_is_retryable()
+    sqlite_writes_begin_immediate()
     uvicorn.run(app=create_app(final=True), host=args.host, port=args.port, log_level="info",
                 timeout_keep_alive=5)
 
