@@ -10,7 +10,11 @@ Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic 8/4-i
 (a) API: `load_spec` + `analyse` + `yoloq.commands.submit.submit_job` in this process (the first
     call, which pays Prefect's import, is left out of the p50);
 (b) CLI, one job: `python -m yoloq.cli submit one.yaml`, one process per job;
-(c) CLI, sweep: one `python -m yoloq.cli submit sweep.yaml` whose grid expands to N jobs.
+(c) CLI, sweep: one `python -m yoloq.cli submit sweep.yaml` whose grid expands to N jobs;
+(d) CLI, one job, through the stack's yoloq API: the same call with `YOLOQ_SERVER` (the stack's
+    REST URL) and `YOLOQ_TOKEN` (a token of team vision, `yoloq team add`), as after `yoloq login`:
+    the CLI reads the spec and POSTs it, the API process analyses, checks and creates the run, and
+    the CLI never imports Prefect.
 
     .venv/bin/python bench/submit.py                  # 20 API, 10 CLI, a 100-job sweep
     .venv/bin/python bench/submit.py --api 5 --cli 3 --sweep 20
@@ -64,10 +68,10 @@ def time_api(one: Path, count: int) -> list[float]:
     return times[1:]
 
 
-def cli(*args: str) -> float:
+def cli(*args: str, env: dict[str, str] | None = None) -> float:
     began = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "yoloq.cli", "submit", *args], capture_output=True, text=True,
-                         check=False)
+                         check=False, env={**os.environ, **(env or {})})
     if out.returncode != 0:
         raise SystemExit(f"yoloq submit {' '.join(args)} failed: {out.stderr.strip()}")
     return time.perf_counter() - began
@@ -97,17 +101,21 @@ def wait_worker_ready(timeout_s: float = 180) -> None:
         time.sleep(1)
 
 
-def report(api: list[float], per_cli: list[float], sweep_total: float, sweep_jobs: int) -> str:
+def report(api: list[float], per_cli: list[float], sweep_total: float, sweep_jobs: int,
+           via_api: list[float]) -> str:
     p50 = statistics.median
     rows = [("API call (submit_job), per job", p50(api), GOALS["api"], f"p50 of {len(api)}"),
             ("CLI, one call per job", p50(per_cli), GOALS["cli"], f"p50 of {len(per_cli)}"),
+            ("CLI, one call per job, through the yoloq API (`yoloq login`)", p50(via_api), GOALS["cli"],
+             f"p50 of {len(via_api)}"),
             (f"CLI, one call for a {sweep_jobs}-job sweep, total", sweep_total,
              GOALS["sweep"] * sweep_jobs / 100, "one call"),
             ("  the same, per job", sweep_total / sweep_jobs, GOALS["sweep"] / 100, "")]
     lines = ["| submit | measured (s) | goal (s) | |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {value:.2f} | {goal:.2f} | {note} |" for name, value, goal, note in rows]
     lines.append("")
-    lines.append(f"one CLI call per job / API call: {p50(per_cli) / p50(api):.1f}x; "
+    lines.append(f"one CLI call per job, local / through the yoloq API: {p50(per_cli) / p50(via_api):.1f}x; "
+                 f"one CLI call per job / API call: {p50(per_cli) / p50(api):.1f}x; "
                  f"one CLI call per job / sweep per job: {p50(per_cli) / (sweep_total / sweep_jobs):.1f}x")
     return "\n".join(lines)
 
@@ -138,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], list[float], float, int]:
+def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], list[float], float, int, list[float]]:
     """The three figures on a started private stack (runner and worker paused meanwhile)."""
     from prefect.client.orchestration import get_client
 
@@ -164,10 +172,21 @@ def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], l
         if created != args.sweep:
             raise SystemExit(f"the sweep created {created} runs, not {args.sweep}")
         print(f"(c) CLI sweep: {sweep_total:.1f} s for {created} jobs", flush=True)
+        via_api = [cli(str(one), env=login_env(stack)) for _ in range(args.cli)]
+        print(f"(d) CLI per job through the yoloq API: p50 {statistics.median(via_api):.2f} s over "
+              f"{len(via_api)} calls", flush=True)
     finally:
         for pid in paused:
             signal_group(pid, signal.SIGCONT)
-    return api, per_cli, sweep_total, args.sweep
+    return api, per_cli, sweep_total, args.sweep, via_api
+
+
+def login_env(stack) -> dict[str, str]:
+    """What `yoloq login` gives a shell: the stack's REST URL and a new token of team vision."""
+    from yoloq.records.teams import TeamStore
+
+    token = TeamStore().add("vision")
+    return {"YOLOQ_SERVER": stack.rest_url, "YOLOQ_TOKEN": token}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from test_exact_resume import EPOCHS, exact_weights, job, reference  # noqa: F40
 
 from work_pools import processes
 from work_pools.launcher import MARKER_ENV
-from work_pools.warm_start import LOST_EXIT, LauncherClient, SegmentStarter, cold_reason
+from work_pools.warm_start import COLD_COMMAND, LOST_EXIT, LauncherClient, SegmentStarter, cold_reason
 from yoloq.base.errors import UserError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -114,13 +114,13 @@ def test_segments_outlive_a_stopped_launcher_and_are_still_waited_for(tmp_path):
         client.spawn(dict(os.environ), PROJECT_DIR, module=PROBE, argv=[str(tmp_path / "x")])
 
 
-def test_prefect_engine_entry_point_runs_in_the_child(launcher):
-    """What the agent asks for: `python -m prefect.engine`; without a run id it exits 1,
-    as the cold command does."""
+def test_segment_engine_entry_point_runs_in_the_child(launcher):
+    """What the agent asks for: `python -m work_pools.segment_engine` (Prefect's engine entry
+    point); without a run id it exits 1, as the cold command does."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT__FLOW_RUN_ID"}
     pid = launcher.spawn(env, PROJECT_DIR, stream_output=False)
     assert launcher.exit_future(pid).result(timeout=120) == 1
-    cold = subprocess.run([sys.executable, "-m", "prefect.engine"], cwd=PROJECT_DIR, env=env,
+    cold = subprocess.run(COLD_COMMAND, cwd=PROJECT_DIR, env=env,
                           check=False, capture_output=True, text=True, timeout=300)
     assert cold.returncode == 1 and "Invalid flow run id" in cold.stderr
 
@@ -152,7 +152,7 @@ def test_warm_start_switch_is_validated(monkeypatch):
 
 
 def test_switch_off_starts_cold(monkeypatch):
-    """YOLOQ_WARM_START=0: no launcher, the segment is `python -m prefect.engine`."""
+    """YOLOQ_WARM_START=0: no launcher, the segment is `python -m work_pools.segment_engine`."""
     import asyncio
     import logging
 

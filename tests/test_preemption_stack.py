@@ -91,8 +91,22 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
     resumed = [r for r in history if r["what"] == "resumed"]
     assert resumed and resumed[0]["time"] > preempted[0]["time"]
 
+    _assert_preempted_without_error_logs(victim)
     _assert_mlflow_has_each_epoch_once(low)
     _assert_weights_equal_uninterrupted(low, low_spec, tmp_path)
+
+
+def _assert_preempted_without_error_logs(segment_id) -> None:
+    """A preemption is normal operation: the victim's run ends Preempted, and its log in the
+    Prefect UI has no ERROR (the stock engine entry point logged a CancelledRun traceback)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId, LogFilterLevel
+
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(segment_id).state.name == "Preempted"
+        errors = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[segment_id]),
+                                                       level=LogFilterLevel(ge_=40)))
+    assert [log.message[:200] for log in errors] == []
 
 
 def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:

@@ -1,8 +1,8 @@
 """The warm launcher: one pre-imported process per node that forks each segment.
 
-A cold segment is `python -m prefect.engine`: a new interpreter that imports torch,
-ultralytics, prefect and the flow modules (several seconds on a small host) before it
-trains. The launcher imports all of that once, at node start, and never initialises
+A cold segment is `python -m work_pools.segment_engine` (Prefect's engine entry point): a
+new interpreter that imports torch, ultralytics, prefect and the flow modules (several
+seconds on a small host) before it trains. The launcher imports all of that once, at node start, and never initialises
 CUDA (nor loads the driver). For each segment it forks a child that
 
 - starts a session of its own (the node agent kills the whole group, as before),
@@ -10,7 +10,7 @@ CUDA (nor loads the driver). For each segment it forks a child that
   before anything touches CUDA), working folder and output (the agent's log, or nothing),
 - reseeds Python's, numpy's and torch's global generators from the OS (a cold process would),
   refreshes Prefect's settings from the new environment, and
-- runs what `python -m prefect.engine` runs (the same module, as `__main__`), then exits
+- runs what the cold command runs (the same module, as `__main__`), then exits
   as the interpreter would (threads joined, atexit handlers: Prefect flushes its logs and
   events there), without the final teardown of the inherited heap.
 
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-ENGINE_MODULE = "prefect.engine"
+ENGINE_MODULE = "work_pools.segment_engine"  # prefect.engine, asking for the final state
 # What a segment imports (module level and lazily), in import order.
 PRELOAD = ("torch", "numpy", "prefect", "prefect.engine", "prefect.flow_engine",
            "prefect.client.orchestration", "prefect.deployments.steps", "ultralytics",

@@ -3,7 +3,7 @@ their exit codes.
 
 `SegmentStarter.start_segment(env, cwd, stream_output)` returns something with `.pid`
 and `await .wait() -> exit code`, like the cold path's process (`processes.start`).
-`YOLOQ_WARM_START=0` starts every segment cold (`python -m prefect.engine`), as before.
+`YOLOQ_WARM_START=0` starts every segment cold (`python -m work_pools.segment_engine`), as before.
 
 A segment starts cold, with a warning in the agent's log every time, when it cannot start
 warm correctly or at all: its environment differs from the launcher's in a variable read at
@@ -35,7 +35,7 @@ from work_pools.launcher import MARKER_ENV, per_segment
 from yoloq.base.errors import UserError
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-COLD_COMMAND = [sys.executable, "-m", "prefect.engine"]
+COLD_COMMAND = [sys.executable, "-m", "work_pools.segment_engine"]
 WARM_ENV = "YOLOQ_WARM_START"
 READY_TIMEOUT_S = float(os.environ.get("YOLOQ_LAUNCHER_READY_S") or 300.0)
 RESTART_AFTER_S = 60.0   # a launcher that failed is tried again at most this often
