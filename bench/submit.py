@@ -172,7 +172,8 @@ def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], l
         if created != args.sweep:
             raise SystemExit(f"the sweep created {created} runs, not {args.sweep}")
         print(f"(c) CLI sweep: {sweep_total:.1f} s for {created} jobs", flush=True)
-        via_api = [cli(str(one), env=login_env(stack)) for _ in range(args.cli)]
+        logged_in = login_env(stack)
+        via_api = [cli(str(one), env=logged_in) for _ in range(args.cli)]
         print(f"(d) CLI per job through the yoloq API: p50 {statistics.median(via_api):.2f} s over "
               f"{len(via_api)} calls", flush=True)
     finally:

@@ -86,21 +86,26 @@ def final_state(job_id: str) -> str | None:
 
 def test_waiting_jobs_add_no_process_and_bounded_memory(yoloq_stack, tiny_dataset):
     """Ten jobs waiting cost the runner threads, not processes: the stack's process set is
-    the same with one and with ten, and nine more jobs add far less than one old parent
-    process (about 340 MB each)."""
+    the same with one and with ten, nine more jobs add far less than one old parent process
+    (about 340 MB each), and one thread each (Prefect's engine would add a suspension observer
+    with its own event loop and websocket, and a heartbeat thread, per parent)."""
+    from yoloq.ops import stack as stack_mod
+
+    runner = psutil.Process(stack_mod._read_pid(yoloq_stack, "runner"))
     with paused_worker(yoloq_stack):
         first = [submit(tiny_dataset, "wait0")]
         wait_for(lambda: waiting(first), "one job waiting")
         time.sleep(3)
-        with_one = stack_processes(yoloq_stack)
+        with_one, threads_with_one = stack_processes(yoloq_stack), runner.num_threads()
         more = [submit(tiny_dataset, f"wait{i}") for i in range(1, 10)]
         wait_for(lambda: waiting(first + more), "ten jobs waiting", 240)
         time.sleep(3)
-        with_ten = stack_processes(yoloq_stack)
+        with_ten, threads_with_ten = stack_processes(yoloq_stack), runner.num_threads()
     try:
         assert set(with_ten) == set(with_one), "a waiting job must not start a process"
         grown = sum(with_ten.values()) - sum(with_one.values())
         assert grown < 150, f"nine more waiting jobs added {grown:.0f} MB"
+        assert threads_with_ten - threads_with_one <= 9 + 2, (threads_with_one, threads_with_ten)
     finally:
         cancel(first + more)
 

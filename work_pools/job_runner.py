@@ -65,6 +65,27 @@ class StartGate:
 gate = StartGate(starting_limit())
 
 
+def parents_without_watcher_threads() -> None:
+    """In this process, a parent run gets no suspension observer and no heartbeat thread.
+
+    Prefect 3.9's flow engine gives every run of a deployment two threads of its own: a
+    suspension observer (an asyncio loop of its own with a websocket to the server's event
+    stream, waking five times a second) and a heartbeat emitter. In one process that runs
+    hundreds of parents that is hundreds of loops and websockets: at about 95 waiting jobs the
+    next parents' observers got no stream, each new parent waited for its observer before
+    starting, the start gate filled with them, and the runner took no more jobs. A parent is
+    never suspended (yoloq does not suspend parents, and one could not resume: its steps keep
+    no persisted results), and a parent's liveness is the runner's (`infrastructure_id`,
+    `recover_interrupted`), so here neither thread starts. Segment processes keep both.
+    """
+    from contextlib import nullcontext
+
+    from prefect import flow_engine
+
+    flow_engine.observe_flow_run_suspension = lambda *args, **kwargs: nullcontext()
+    flow_engine.FlowRunEngine.heartbeat_seconds = property(lambda self: None)
+
+
 def infrastructure_id() -> str:
     """What every run of this runner records as its `infrastructure_pid`: this process."""
     return f"{socket.gethostname()}:{os.getpid()}"
