@@ -57,7 +57,9 @@ def measure(stack, jobs: int, crashed: int = 0) -> Sample:
 
     from yoloq.ops.stack import _read_pid
 
-    roles = {_read_pid(stack, name): name for name in ("server", "runner", "worker")}
+    from yoloq.ops.stack import SERVICES
+
+    roles = {_read_pid(stack, name): name for name in SERVICES}  # server, runner, worker, api
     by_role: dict[str, list[float]] = {}
     for proc in psutil.process_iter(["pid"]):
         try:
