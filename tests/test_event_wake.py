@@ -1,5 +1,6 @@
-"""Queue-to-running without waiting out a poll: Prefect's event stream wakes the runner's
-segment watch and the GPU worker's scheduling pass (real server, real websocket).
+"""Queue-to-running without waiting out a poll: Prefect's event stream wakes the job runner's
+poll for new jobs, its segment watch and the GPU worker's scheduling pass (real server, real
+websocket).
 
 The assertions are on counters of event-driven wakes, with the poll made too slow (or
 absent) to have done the work; the measured delays are recorded, never asserted.
@@ -86,3 +87,47 @@ def test_worker_runs_a_pass_on_a_slot_freed_event(yoloq_stack, record_property):
     after = wait_for(emitted_then_woken, "a pass started by the event", 180, 2.0)
     assert after["event_passes"] > before["event_passes"]
     record_property("wake_stats", after)
+
+
+def test_job_runner_polls_its_pool_on_a_new_jobs_scheduled_event(yoloq_stack):
+    """A `yolo-job` run turning Scheduled starts the runner's poll at once. The probe runner
+    never runs its poll loop (it is entered, not started), so only the event can start a pass;
+    the run is scheduled a day ahead, so the stack's own runner leaves it alone."""
+    import asyncio
+    from datetime import datetime, timedelta, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    from work_pools.job_runner import InProcessJobWorker
+    from yoloq.base.settings import JOB_DEPLOYMENT, JOBS_POOL
+
+    class Probe(InProcessJobWorker):
+        passes = 0
+
+        async def get_and_submit_flow_runs(self) -> list:
+            type(self).passes += 1
+            return []
+
+    async def scenario() -> None:
+        async with Probe(work_pool_name=JOBS_POOL, name="wake-probe") as probe:
+            for _ in range(600):
+                if probe._waker.connected.is_set():
+                    break
+                await asyncio.sleep(0.1)
+            assert probe._waker.connected.is_set(), "no event subscription"
+            async with get_client() as client:
+                deployment = await client.read_deployment_by_name(JOB_DEPLOYMENT)
+                later = datetime.now(timezone.utc) + timedelta(days=1)
+                run = await client.create_flow_run_from_deployment(
+                    deployment.id, parameters={"spec": {}}, state=Scheduled(scheduled_time=later))
+                try:
+                    for _ in range(1200):  # a loaded embedded server delivers its events late
+                        if Probe.passes:
+                            break
+                        await asyncio.sleep(0.1)
+                finally:
+                    await client.delete_flow_run(run.id)
+
+    asyncio.run(scenario())
+    assert Probe.passes >= 1, "the new job's Scheduled event did not start the runner's poll"

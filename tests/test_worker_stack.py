@@ -98,7 +98,11 @@ def test_waiting_segments_start_by_tier(yoloq_stack, tiny_dataset, long_epochs_d
         wait_for(lambda: any(s.start_time for s in segments(order["high"])), "high started")
         assert wait_final(order["high"])["state"] == "Completed"  # its slot frees: normal's turn
         wait_for(lambda: any(s.start_time for s in segments(order["normal"])), "normal started")
-        assert not any(s.start_time for s in segments(order["low"])), "low went before normal"
+        # Low may already have had its turn (normal's one epoch can end before this looks):
+        # what must hold is that it started after normal, on the slot normal freed.
+        normal_start = min(s.start_time for s in segments(order["normal"]) if s.start_time)
+        low_starts = [s.start_time for s in segments(order["low"]) if s.start_time]
+        assert all(t > normal_start for t in low_starts), "low went before normal"
         _cancel(blockers[1])
         for blocker in blockers:  # a user's cancel stops a running segment at its next boundary
             assert wait_final(blocker)["state"] == "Cancelled"

@@ -6,7 +6,8 @@ The server emits `prefect.flow-run.<State>` for every state change (the resource
 - the `yolo-gpu` worker (`work_pools.worker`) runs a scheduling pass as soon as a segment
   of its pool turns Scheduled (a new pending segment) or final (a freed slot), or a node
   reports a freed slot (`SLOT_FREED`, emitted once a segment's process has exited);
-- the job runner's `SegmentWatch` reads a waited-for segment as soon as it turns final.
+- the job runner takes a new job (a `yolo-job` run of its pool turning Scheduled) at once, and
+  its `SegmentWatch` reads a waited-for segment as soon as it turns final.
 
 Events can be missed (a reconnect, a slow server): both loops keep their poll as the
 fallback. `YOLOQ_WAKE=poll` turns the event wake off (bench/preemption.py compares both).
@@ -21,15 +22,18 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
+
+import anyio
 
 FINAL_TYPES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "CRASHED"})
 WAKE_TYPES = FINAL_TYPES | {"SCHEDULED"}
 SLOT_FREED = "yoloq.slot.freed"
 RETRY_S = 2.0
+EVENT_COALESCE_S = 0.05  # kicks this close together start one pass
 _RUN_PREFIX = "prefect.flow-run."
 _LOG = logging.getLogger("yoloq.events_wake")
 
@@ -109,6 +113,49 @@ async def listen(event_filter: Any, on_event: Callable[[Any], None],
             log.warning("event stream lost (%s); polling until it is back",
                         " ".join(str(exc).split())[:200])
         await asyncio.sleep(RETRY_S)
+
+
+class PassWaker:
+    """Runs `run_pass` as soon as `kick` is called, by an event of the stream or locally;
+    kicks within `EVENT_COALESCE_S` of each other start one pass (a burst of submissions).
+    The caller's own poll stays the fallback for missed events."""
+
+    def __init__(self, run_pass: Callable[[], Awaitable[Any]],
+                 log: logging.Logger | logging.LoggerAdapter = _LOG) -> None:
+        self._run_pass, self._log = run_pass, log
+        self._due: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self.connected = threading.Event()  # set once the first subscription is up
+
+    @property
+    def serving(self) -> bool:
+        return self._scope is not None
+
+    def kick(self) -> None:
+        if self._due is not None:
+            self._due.set()
+
+    def stop(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def serve(self, event_filter: Any, on_event: Callable[[Any], None]) -> None:
+        """Listen to the stream (`on_event` decides what kicks) and run the kicked passes."""
+        self._due = anyio.Event()
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            async with anyio.create_task_group() as group:
+                group.start_soon(listen, event_filter, on_event, self._log, self.connected.set)
+                while True:
+                    await self._due.wait()
+                    await anyio.sleep(EVENT_COALESCE_S)
+                    self._due = anyio.Event()
+                    try:
+                        await self._run_pass()
+                    except Exception as exc:  # e.g. 5xx while the database restarts: the
+                        # process (and its runs) must live on; the poll loop tries again
+                        self._log.warning("event-woken pass failed (%s); the poll retries",
+                                          " ".join(str(exc).split())[:200])
 
 
 def start_daemon(target: Callable[[], None], name: str) -> None:

@@ -26,9 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 from prefect.exceptions import Abort, Pause
 from prefect.workers.process import ProcessWorker, ProcessWorkerResult
+
+from work_pools import events_wake
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 STARTING_ENV = "YOLOQ_RUNNER_STARTING"
@@ -103,6 +106,31 @@ with warnings.catch_warnings():  # it takes over the `process` type in this proc
                 task_status.started(infrastructure_id())
             code = await _in_thread(lambda: execute(flow_run.id), f"flow-run {flow_run.name}")
             return ProcessWorkerResult(status_code=code, identifier=infrastructure_id())
+
+        async def setup(self) -> None:
+            await super().setup()
+            self._pass_lock = anyio.Lock()
+            self._waker = events_wake.PassWaker(self.get_and_submit_flow_runs, self._logger)
+            if events_wake.enabled():
+                self._runs_task_group.start_soon(self._waker.serve, events_wake.run_state_filter(),
+                                                 self._on_event)
+
+        async def teardown(self, *exc_info: Any) -> None:
+            if getattr(self, "_waker", None) is not None:
+                self._waker.stop()
+            await super().teardown(*exc_info)
+
+        async def get_and_submit_flow_runs(self) -> list[Any]:
+            """One poll at a time, whether the poll loop or an event started it."""
+            async with self._pass_lock:
+                return await super().get_and_submit_flow_runs()
+
+        def _on_event(self, event: Any) -> None:
+            """A new job (a run of this pool turning Scheduled) is taken now, not at the next
+            1 s poll: on the urgent path that poll was up to a second of submit -> running."""
+            if (events_wake.state_type(event) == "SCHEDULED"
+                    and events_wake.in_pool(event, self._work_pool_name)):
+                self._waker.kick()
 
         async def _submit_run(self, flow_run: Any) -> None:
             """Prefect's submission step (Pending proposal, labels, events), a few runs at a

@@ -43,7 +43,6 @@ from yoloq.base.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
 
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
 ORPHAN_CHECK_S = 5.0
-EVENT_COALESCE_S = 0.05  # events this close together start one pass (a burst of submissions)
 STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often
 
 
@@ -102,7 +101,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._stopping = False
         self.last_pass: PassResult | None = None
         self.wake = events_wake.WakeStats()
-        self._wake_scope: anyio.CancelScope | None = None
+        self._waker = events_wake.PassWaker(self.get_and_submit_flow_runs)
         self._heartbeat_due: anyio.Event | None = None
         self._reporting = False
         self.heartbeats = 0
@@ -123,15 +122,15 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._heartbeat_due = anyio.Event()
         self._runs_task_group.start_soon(self._heartbeat_loop)
         self._pass_lock = anyio.Lock()
-        self._wake_event = anyio.Event()
         self._wake_cause: tuple[str, float] | None = None
         if events_wake.enabled():
-            self._runs_task_group.start_soon(self._wake_loop)
+            self._waker = events_wake.PassWaker(self.get_and_submit_flow_runs, self._logger)
+            self._runs_task_group.start_soon(
+                self._waker.serve, events_wake.run_state_filter((events_wake.SLOT_FREED,)), self._on_event)
 
     async def teardown(self, *exc_info: Any) -> None:
         self._stopping = True
-        if self._wake_scope is not None:
-            self._wake_scope.cancel()
+        self._waker.stop()
         self._live_runs_changed()  # wakes the heartbeat loop, which sees _stopping and ends
         await self._stop_all_segments("node agent shutting down")
         if getattr(self, "_starter", None) is not None:
@@ -155,25 +154,6 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                 self.wake.record_event(*cause)
             return await super().get_and_submit_flow_runs()
 
-    async def _wake_loop(self) -> None:
-        """Run a pass as soon as an event says a segment is pending or a slot is free."""
-        with anyio.CancelScope() as scope:
-            self._wake_scope = scope
-            async with anyio.create_task_group() as group:
-                group.start_soon(events_wake.listen,
-                                 events_wake.run_state_filter((events_wake.SLOT_FREED,)),
-                                 self._on_event, self._logger)
-                while True:
-                    await self._wake_event.wait()
-                    await anyio.sleep(EVENT_COALESCE_S)
-                    self._wake_event = anyio.Event()
-                    try:
-                        await self.get_and_submit_flow_runs()
-                    except Exception as exc:  # e.g. 5xx while the database restarts: the
-                        # agent (and its segments) must live on; the poll loop tries again
-                        self._logger.warning("event-woken pass failed (%s); the poll retries",
-                                             " ".join(str(exc).split())[:200])
-
     def _on_event(self, event: Any) -> None:
         if not events_wake.in_pool(event, self._work_pool_name):
             return
@@ -183,10 +163,10 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         self._kick(event.event, event.occurred.timestamp())
 
     def _kick(self, cause: str, occurred: float) -> None:
-        if self._wake_scope is None or self._stopping:
+        if not self._waker.serving or self._stopping:
             return
         self._wake_cause = self._wake_cause or (cause, occurred)
-        self._wake_event.set()
+        self._waker.kick()
 
 
     async def _submit_scheduled_flow_runs(self, flow_run_response: list[Any]) -> list[Any]:
@@ -435,7 +415,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
 
     def _slot_freed(self, flow_run_id: UUID) -> None:
         """A GPU came free here: schedule now, and tell the other nodes' scheduler."""
-        if self._wake_scope is None:
+        if not self._waker.serving:
             return
         self._kick("segment process exited", time.time())
         pool_id = getattr(self._work_pool, "id", None)
