@@ -30,6 +30,30 @@ def yoloq(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@contextmanager
+def published_node(node: str, gpu_name: str, mem_gb: float, pool: str) -> Iterator[None]:
+    """A live record of a one-GPU node in `pool` while the block runs, removed after it: a
+    record left behind counts as its pool's capacity until its heartbeat lapses (30 s), which
+    broke the next test on the stack that counts GPU slots."""
+    from prefect.client.orchestration import get_client
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from work_pools.inventory import GpuInfo
+    from work_pools.nodes import make_record, publish, remove
+
+    gpu = GpuInfo(0, f"{node}-gpu0", gpu_name, mem_gb, mem_gb)
+
+    async def _with_client(step) -> None:
+        async with get_client() as client:
+            await step(client)
+
+    run_coro_as_sync(_with_client(lambda c: publish(c, make_record(node, [gpu], [], pool=pool))))
+    try:
+        yield
+    finally:
+        run_coro_as_sync(_with_client(lambda c: remove(c, node)))
+
+
 FINAL_STATES = ("Completed", "Failed", "Cancelled", "Crashed")
 
 

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from stack_helpers import published_node
 
 from yoloq import cli
+from yoloq.base.settings import GPU_POOL
 from yoloq.datasets.synth import synth_dataset
 
 pytestmark = pytest.mark.service
-
-
-def _publish(node: str, name: str, mem_gb: float) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.utilities.asyncutils import run_coro_as_sync
-
-    from work_pools.inventory import GpuInfo
-    from work_pools.nodes import make_record, publish
-
-    gpu = GpuInfo(0, f"{node}-gpu0", name, mem_gb, mem_gb)
-
-    async def _go() -> None:
-        async with get_client() as client:
-            await publish(client, make_record(node, [gpu], []))
-
-    run_coro_as_sync(_go())
 
 
 def test_job_that_fits_no_live_gpu_is_refused(yoloq_stack, tmp_path, capsys, monkeypatch):
@@ -33,8 +19,8 @@ def test_job_that_fits_no_live_gpu_is_refused(yoloq_stack, tmp_path, capsys, mon
     spec = tmp_path / "big.yaml"
     spec.write_text(yaml.safe_dump({"name": "too-big", "team": "vision", "model": "yolo11x.yaml",
                                     "data": "ds/data.yaml", "epochs": 3, "imgsz": 1280, "batch": 64}))
-    _publish("fit-test-node", "NVIDIA A100-SXM4-80GB", 80.0)
-    code = cli.main(["submit", str(spec)])
+    with published_node("fit-test-node", "NVIDIA A100-SXM4-80GB", 80.0, GPU_POOL):
+        code = cli.main(["submit", str(spec)])
     err = capsys.readouterr().err
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1

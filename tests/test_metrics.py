@@ -22,7 +22,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from urllib.parse import urlsplit
 
 import pytest
-from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
+from stack_helpers import freeze, published_node, thaw, wait_final, wait_for, write_spec
 
 from yoloq import cli
 from yoloq.ops.stack import free_port
@@ -132,18 +132,21 @@ def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus,
     pid = freeze(wait_for(lambda: _training(first), f"{first} training", timeout_s=600))
     second = None
     try:
-        second = _submit(write_spec(tmp_path / "b.yaml", tiny_dataset, name=f"prom-b-{tag}", epochs=1))
-        wait_for(lambda: [r for r in _queue() if r["job"] == second and r["state"] == "waiting"],
-                 f"{second}'s segment to wait", timeout_s=300)
-        wait_for(lambda: _value(prometheus, 'yoloq_queue_length{tier="normal"}') == 1,
-                 "Prometheus to see one waiting segment", timeout_s=60)
-        assert _value(prometheus, "sum(yoloq_queue_length)") == 1
-        assert _value(prometheus, "sum(yoloq_gpu_slots)") == 1  # the stack declares one slot
-        assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
-        assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
-        assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
-        assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
-        assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
+        # a live node of another pool on the same server is not this pool's capacity
+        with published_node(f"other-{tag}", "NVIDIA A100-SXM4-80GB", 80.0, f"other-pool-{tag}"):
+            second = _submit(write_spec(tmp_path / "b.yaml", tiny_dataset, name=f"prom-b-{tag}", epochs=1))
+            wait_for(lambda: [r for r in _queue() if r["job"] == second and r["state"] == "waiting"],
+                     f"{second}'s segment to wait", timeout_s=300)
+            wait_for(lambda: _value(prometheus, 'yoloq_queue_length{tier="normal"}') == 1,
+                     "Prometheus to see one waiting segment", timeout_s=60)
+            assert _value(prometheus, "sum(yoloq_queue_length)") == 1
+            assert _value(prometheus, "sum(yoloq_gpu_slots)") == 1  # the stack's pool declares one slot
+            assert _value(prometheus, "sum(yoloq_node_up)") == 1
+            assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
+            assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
+            assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
+            assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
+            assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
     finally:
         thaw(pid)
         for job in filter(None, (first, second)):

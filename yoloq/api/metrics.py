@@ -83,6 +83,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     client, now = scrape.client, scrape.now
     from work_pools.nodes import read_nodes_sync
     from work_pools.pool_scheduler import assignment
+    from yoloq.base.settings import GPU_POOL
 
     busy = {(node, gpu) for run in open_pool_runs(client) for node, gpus in [assignment(run) or ("", ())]
             for gpu in gpus}
@@ -92,7 +93,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     alive = GaugeMetricFamily("yoloq_node_up", "1 while the node's heartbeat is fresh", labels=["node"])
     age = GaugeMetricFamily("yoloq_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat",
                             labels=["node"])
-    for node in read_nodes_sync(client):
+    for node in read_nodes_sync(client, GPU_POOL):  # a node of another pool is no capacity here
         alive.add_metric([node.name], 1 if node.alive(now) else 0)
         age.add_metric([node.name], max(0.0, now - node.heartbeat_at))
         if not node.alive(now):  # a lost node's GPUs are no capacity (its record stays, up=0)

@@ -193,12 +193,13 @@ def _pool_gpus(client, gpu: str | None):
 
 
 def live_nodes(client) -> list:
-    """The live node records, read through this sync client (as `work_pools.nodes.read_nodes`
+    """The GPU pool's live node records, read through this sync client (as `work_pools.nodes.read_nodes`
     does through an async one: a new client per call costs more than the read)."""
     from work_pools.nodes import read_nodes_sync
+    from yoloq.base.settings import GPU_POOL
 
     now = time.time()
-    return [r for r in read_nodes_sync(client) if r.alive(now)]
+    return [r for r in read_nodes_sync(client, GPU_POOL) if r.alive(now)]
 
 
 def job_deployment_id(client):
