@@ -35,6 +35,7 @@ class View:
     est_epoch_s: float = 120.0
     epochs: int = 5
     epochs_done: int = 0
+    stop_after_epoch: int = 5
     queued_at: float = NOW - 60
     labels: dict[str, str] = field(default_factory=dict)
     batch: int = 16

@@ -54,6 +54,18 @@ def _running(job_id: str):
     return seg if seg is not None and recorded_pid(seg.id) is not None else None
 
 
+def _frozen_when_running(job_id: str):
+    """(segment, PID) of the job's running segment, stopped with SIGSTOP; None while it has
+    none (or it ended between the read and the signal)."""
+    seg = _running(job_id)
+    if seg is None:
+        return None
+    try:
+        return seg, freeze(seg.id)
+    except (AssertionError, ProcessLookupError):
+        return None
+
+
 def _node(seg) -> str:
     return (seg.labels or {}).get("yoloq.node", "")
 
@@ -97,8 +109,11 @@ def test_a_free_gpu_is_used_first_then_urgent_preempts_only_the_cheapest_victim(
 
         normals = [pool.submit(_spec(pool, tmp_path, f"normal{i}", "normal", 2, tiny_dataset))
                    for i in (1, 2)]
-        normal_segs = [wait_for(lambda j=j: _running(j), f"{j} to run") for j in normals]
-        frozen += [freeze(s.id) for s in normal_segs]
+        normal_segs = []
+        for j in normals:  # each frozen as soon as it runs: a 2-epoch job ends in seconds
+            seg, pid = wait_for(lambda j=j: _frozen_when_running(j), f"{j} to run")
+            normal_segs.append(seg)
+            frozen.append(pid)
         assert {_node(low_seg), *map(_node, normal_segs)} == {"a", "b", "c"}
 
         urgent = pool.submit(_spec(pool, tmp_path, "urgent2", "urgent", 1, tiny_dataset))

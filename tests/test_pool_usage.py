@@ -166,3 +166,29 @@ def test_a_running_segment_asked_to_stop_carries_the_job_it_stops_for():
     on_gpu = {asked.flow_run_id: (0,), done.flow_run_id: (0,)}
     snap = build_snapshot([gpu], [asked, done], [], on_gpu, {}, {asked.flow_run_id}, {})
     assert [(s.stopping, s.stopping_for) for s in snap.running] == [(True, "job-p"), (False, "")]
+
+
+def test_a_segment_past_its_last_epoch_frees_its_gpu_and_is_asked_nothing():
+    """A running segment that checkpointed its last epoch (finalising, or its process exiting)
+    counts as stopping for nobody: an urgent job waits for that GPU instead of preempting a
+    second segment (the load test's 14 preemptions for 13 preemptors), and the board says so."""
+    from dataclasses import replace
+
+    from work_pools.board import _running_row
+    from work_pools.scheduling import WorkerPolicy, schedule
+    from yoloq.domain.tiers import Tier
+
+    gpus = [GpuInfo(index=i, uuid=f"u{i}", name="CPU", mem_total_gb=8, mem_free_gb=8, kind="declared")
+            for i in (0, 1)]
+    finishing = replace(_view(0, {"yoloq.epoch": "6"}), job_id="finishing")  # epochs 0 -> 6 of 6
+    training = replace(_view(0, {"yoloq.epoch": "2"}), job_id="training")
+    urgent = replace(_view(0, {}), job_id="urgent", tier=Tier.URGENT)
+    on_gpu = {finishing.flow_run_id: (0,), training.flow_run_id: (1,)}
+    started = {v.flow_run_id: NOW - 600 for v in (finishing, training)}
+    decision = schedule(gpus, [finishing, training], [urgent], on_gpu, started, NOW,
+                        WorkerPolicy(policy=Policy(min_runtime_s=0.0)))
+    assert decision.preempt == ()
+    assert "frees when job finishing stops" in decision.waiting[urgent.flow_run_id]
+    seg = next(s for s in decision.snapshot.running if s.job_id == "finishing")
+    assert (seg.stopping, seg.stopping_for) == (True, "")
+    assert _running_row(seg, finishing, decision.raw)["reason"] == "finishing: its last epoch is done"

@@ -128,7 +128,8 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
     history = _History(ledger, now, policy or Policy())
     run_segments = tuple(_running_segment(v, reserved.get(v.flow_run_id, ()),
                                           started_at.get(v.flow_run_id, v.queued_at),
-                                          v.flow_run_id in asked, history, node_of, speed_of)
+                                          v.flow_run_id in asked or past_last_epoch(v), history,
+                                          node_of, speed_of)
                          for v in running)
     wait_segments = tuple(_segment(v, (), None, False, history, node_of) for v in pending)
     if ledger is None:
@@ -202,6 +203,14 @@ def _segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float | N
         attained_gpu_s=history.attained_gpu_s(view.job_id),
         held_window_s=history.held_window_s(view.job_id), node=node, batch=view.batch,
         fixed_mem_gb=view.fixed_mem_gb, mem_per_image_gb=0.0 if resumed else view.mem_per_image_gb)
+
+
+def past_last_epoch(view: SegmentView) -> bool:
+    """The segment has checkpointed its last epoch and is finalising or exiting: its GPUs free
+    on their own, so it counts as stopping (for nobody). Asking it to stop would gain nothing,
+    and counting it as running made a waiting job preempt a second victim (the 60-job load
+    test saw a segment asked 23 ms before it completed, 4 s after its last epoch)."""
+    return 0 < view.stop_after_epoch <= view.progress_epoch
 
 
 def _running_segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float,

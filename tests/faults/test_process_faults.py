@@ -5,6 +5,7 @@ run, and every epoch trained exactly once according to the epoch ledger."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -13,7 +14,7 @@ import pytest
 
 from fault_helpers import (assert_job_recovered, epoch_reached, kill_segment, mlflow_runs, report,
                            running_segment, segments, submit, wait_for)
-from stack_helpers import write_spec, yoloq
+from stack_helpers import freeze, thaw, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration,
               pytest.mark.timeout(1500)]  # a whole job on the stack, stack start included
@@ -106,12 +107,20 @@ def test_worker_sigkill_then_up_never_starts_a_second_parent(yoloq_stack, epochs
     with get_client(sync_client=True) as client:
         token = (parent_run(client, job).labels or {}).get(ParentGuard.LABEL)
     assert token, "the parent marks its run with its token"
+    # frozen, the orphan cannot finish its two epochs left before the new worker is up (in
+    # CI it once did, and ended Completed instead of being killed by the orphan check)
+    orphan = freeze(running_segment(job).id)
     worker_pid = int((yoloq_stack.paths.pids / "worker.pid").read_text())
     os.kill(worker_pid, signal.SIGKILL)  # the worker alone: its segment becomes an orphan
     killed_at = time.monotonic()
-    up = yoloq("up")
-    assert up.returncode == 0, up.stderr[-2000:]
-    assert "recovered" not in up.stdout, up.stdout  # nothing to reset: every process is alive
+    try:
+        up = yoloq("up")
+        assert up.returncode == 0, up.stderr[-2000:]
+        assert "recovered" not in up.stdout, up.stdout  # nothing to reset: every process is alive
+        wait_for(lambda: segments(job)[0].state.is_final(), "the new worker's orphan check", 300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            thaw(orphan)  # killed by the orphan check; if it was not, it trains on
     result = assert_job_recovered(job, 3)
     first = segments(job)[0]
     assert first.state.is_crashed(), first.state  # marked by the new agent's orphan check
