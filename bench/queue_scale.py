@@ -8,7 +8,9 @@ state folder and `YOLOQ_STACK=1`): server, job runner, GPU worker and anything t
 
 Jobs are submitted through the Python call that `yoloq submit` makes to create a job's run
 (`create_job_run`), in this one process, without the CLI's local analysis, fit and policy
-checks (each job's parent still analyses): the CLI costs ~3.5 s a call, this ~0.6 s. Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic
+checks (each job's parent still analyses), so the submit rate is the stack's, not the CLI's
+(`bench/submit.py` times those: about 1.9 s a CLI call on this 2-core host, mostly importing
+Prefect). Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic
 8/4-image dataset. A job counts as waiting once its parent run is Running and its first segment
 is Scheduled.
 
