@@ -9,7 +9,12 @@ Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic 8/4-i
 
 (a) API: `load_spec` + `analyse` + `yoloq.commands.submit.submit_job` in this process (the first
     call, which pays Prefect's import, is left out of the p50);
-(b) CLI, one job: `python -m yoloq.cli submit one.yaml`, one process per job;
+(b) CLI, one job: `python -m yoloq.cli submit one.yaml`, one process per job, as a user on the
+    stack's host runs it: the CLI finds the stack's local operator secret in the state folder and
+    POSTs the job to the stack's warm yoloq API (`yoloq.client.local_stack`), importing no Prefect;
+(b') the same call on the Prefect path, which a batch or `--gpu` call takes: the CLI analyses the
+    job itself and creates the run through Prefect's client (forced here by naming the stack's
+    Prefect server in PREFECT_API_URL, as a user pointing the CLI at a server does);
 (c) CLI, sweep: one `python -m yoloq.cli submit sweep.yaml` whose grid expands to N jobs;
 (d) CLI, one job, through the stack's yoloq API: the same call with `YOLOQ_SERVER` (the stack's
     REST URL) and `YOLOQ_TOKEN` (a token of team vision, `yoloq team add`), as after `yoloq login`:
@@ -68,10 +73,11 @@ def time_api(one: Path, count: int) -> list[float]:
     return times[1:]
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> float:
+def cli(*args: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> float:
     began = time.perf_counter()
+    environ = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in drop}
     out = subprocess.run([sys.executable, "-m", "yoloq.cli", "submit", *args], capture_output=True, text=True,
-                         check=False, env={**os.environ, **(env or {})})
+                         check=False, env=environ)
     if out.returncode != 0:
         raise SystemExit(f"yoloq submit {' '.join(args)} failed: {out.stderr.strip()}")
     return time.perf_counter() - began
@@ -102,10 +108,13 @@ def wait_worker_ready(timeout_s: float = 180) -> None:
 
 
 def report(api: list[float], per_cli: list[float], sweep_total: float, sweep_jobs: int,
-           via_api: list[float]) -> str:
+           via_api: list[float], prefect_path: list[float]) -> str:
     p50 = statistics.median
     rows = [("API call (submit_job), per job", p50(api), GOALS["api"], f"p50 of {len(api)}"),
-            ("CLI, one call per job", p50(per_cli), GOALS["cli"], f"p50 of {len(per_cli)}"),
+            ("CLI, one call per job (on the stack's host: its API as local operator)", p50(per_cli),
+             GOALS["cli"], f"p50 of {len(per_cli)}"),
+            ("CLI, one call per job, Prefect path (what a batch or `--gpu` call takes)", p50(prefect_path),
+             GOALS["cli"], f"p50 of {len(prefect_path)}"),
             ("CLI, one call per job, through the yoloq API (`yoloq login`)", p50(via_api), GOALS["cli"],
              f"p50 of {len(via_api)}"),
             (f"CLI, one call for a {sweep_jobs}-job sweep, total", sweep_total,
@@ -114,7 +123,8 @@ def report(api: list[float], per_cli: list[float], sweep_total: float, sweep_job
     lines = ["| submit | measured (s) | goal (s) | |", "|---|---:|---:|---|"]
     lines += [f"| {name} | {value:.2f} | {goal:.2f} | {note} |" for name, value, goal, note in rows]
     lines.append("")
-    lines.append(f"one CLI call per job, local / through the yoloq API: {p50(per_cli) / p50(via_api):.1f}x; "
+    lines.append(f"one CLI call per job, Prefect path / local operator: {p50(prefect_path) / p50(per_cli):.1f}x; "
+                 f"local operator / through the yoloq API: {p50(per_cli) / p50(via_api):.1f}x; "
                  f"one CLI call per job / API call: {p50(per_cli) / p50(api):.1f}x; "
                  f"one CLI call per job / sweep per job: {p50(per_cli) / (sweep_total / sweep_jobs):.1f}x")
     return "\n".join(lines)
@@ -146,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], list[float], float, int, list[float]]:
+def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], list[float], float, int, list[float],
+                                                                  list[float]]:
     """The three figures on a started private stack (runner and worker paused meanwhile)."""
     from prefect.client.orchestration import get_client
 
@@ -163,8 +174,14 @@ def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], l
         one, sweep = write_files(home, args.sweep)
         api = time_api(one, args.api)
         print(f"(a) API: p50 {statistics.median(api):.2f} s over {len(api)} calls", flush=True)
-        per_cli = [cli(str(one)) for _ in range(args.cli)]
+        if not (stack.paths.root / "api-operator.json").exists():
+            raise SystemExit("the stack's API published no local operator secret: (b) would time the Prefect path")
+        per_cli = [cli(str(one), drop=("PREFECT_API_URL",)) for _ in range(args.cli)]
         print(f"(b) CLI per job: p50 {statistics.median(per_cli):.2f} s over {len(per_cli)} calls", flush=True)
+        prefect_path = [cli(str(one), env={"PREFECT_API_URL": stack.api_url}, drop=("YOLOQ_PORT",))
+                        for _ in range(args.cli)]
+        print(f"(b') CLI per job, Prefect path: p50 {statistics.median(prefect_path):.2f} s over "
+              f"{len(prefect_path)} calls", flush=True)
         with get_client(sync_client=True) as client:
             before = count_jobs(client)
             sweep_total = cli(str(sweep))
@@ -179,7 +196,7 @@ def measure(stack, home: Path, args: argparse.Namespace) -> tuple[list[float], l
     finally:
         for pid in paused:
             signal_group(pid, signal.SIGCONT)
-    return api, per_cli, sweep_total, args.sweep, via_api
+    return api, per_cli, sweep_total, args.sweep, via_api, prefect_path
 
 
 def login_env(stack) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """`python -m yoloq.api [--port P] [--host H]`: serve the REST API with uvicorn.
 
 Defaults: host `$YOLOQ_API_HOST` or 127.0.0.1, port `$YOLOQ_API_PORT` or the Prefect port
-plus one. The stack (`yoloq up`) starts it with its own environment.
+plus one. The stack (`yoloq up`) starts it with its own environment. While it serves, the
+state folder holds its local operator secret (`yoloq.client.local_stack`), removed when it stops.
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from yoloq.api.app import create_app
+    from yoloq.api.auth import accept_operator
+    from yoloq.client import local_stack
 
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="info", access_log=False)
+    app = create_app()
+    secret = local_stack.publish(args.host, args.port, stack.port)
+    accept_operator(secret)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    finally:
+        local_stack.withdraw(secret)
 
 
 if __name__ == "__main__":

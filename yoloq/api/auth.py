@@ -3,23 +3,28 @@
 `caller` is the FastAPI dependency every `/v1` route takes (401 for a missing, unknown or
 rotated token); `require_team` refuses (403) an action on another team's behalf; `admin`
 is the dependency of the admin routes (403 for a team token). `caller_from_token` is the
-same check for other front doors (the web page's login cookie).
+same check for other front doors (the web page's login cookie). The host's own CLI may instead
+present the stack's operator secret (`yoloq.client.local_stack`): an admin that acts for the OS
+user it names, as a local command would.
 """
 
 from __future__ import annotations
 
+import hmac
 import threading
 from typing import Annotated
 
 from fastapi import Depends, Header
 
 from yoloq.api.errors import refuse
-from yoloq.records.teams import Caller, TeamStore
+from yoloq.client.local_stack import USER_HEADER
+from yoloq.records.teams import LOCAL_OPERATOR, Caller, TeamStore
 
 __all__ = ["Admin", "Authed", "Caller", "admin", "caller", "caller_from_token", "require_team", "team_store"]
 
 _STORE: TeamStore | None = None
 _STORE_LOCK = threading.Lock()
+_OPERATOR_SECRET: str | None = None  # set by `python -m yoloq.api` when it publishes the secret
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -32,12 +37,22 @@ def team_store() -> TeamStore:
         return _STORE
 
 
-def caller_from_token(token: str | None) -> Caller | None:
-    """The caller a plain token belongs to, or None."""
+def accept_operator(secret: str) -> None:
+    """This process accepts `secret` as the local operator's token."""
+    global _OPERATOR_SECRET
+    _OPERATOR_SECRET = secret
+
+
+def caller_from_token(token: str | None, user: str | None = None) -> Caller | None:
+    """The caller a plain token belongs to, or None; `user` names the local operator's OS user."""
+    if token and _OPERATOR_SECRET and hmac.compare_digest(token, _OPERATOR_SECRET):
+        return Caller(LOCAL_OPERATOR, "cli", admin=True, user=(user or "").strip() or "operator")
     return team_store().caller(token)
 
 
-def caller(authorization: str | None = Header(default=None, description="Bearer <team token>")) -> Caller:
+def caller(authorization: str | None = Header(default=None, description="Bearer <team token>"),
+           x_yoloq_user: str | None = Header(default=None, alias=USER_HEADER, include_in_schema=False),
+           ) -> Caller:
     """The authenticated caller of this request (401 when the token is missing or not valid)."""
     if not authorization:
         raise refuse(401, "token", "missing: the request has no Authorization header",
@@ -46,7 +61,7 @@ def caller(authorization: str | None = Header(default=None, description="Bearer 
     if scheme.lower() != "bearer" or not token.strip():
         raise refuse(401, "token", "the Authorization header is not `Bearer <token>`",
                      "send `Authorization: Bearer <token>`", _CHALLENGE)
-    found = caller_from_token(token.strip())
+    found = caller_from_token(token.strip(), x_yoloq_user)
     if found is None:
         raise refuse(401, "token", "unknown, removed or rotated token",
                      "ask an admin for the current token (`yoloq team rotate TEAM`)", _CHALLENGE)

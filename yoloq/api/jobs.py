@@ -48,7 +48,7 @@ def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
     with acting_as(who.actor), _SUBMIT_LOCK:
         if tags:
             _refuse_repeat(tags[0], idempotency_key or "")
-        job = _submit(parsed, tags)
+        job = _submit(parsed, tags, reason="yoloq submit" if who.local else "POST /v1/jobs")
     return {"job_id": job.result["job_id"], "analysis": job.analysis.to_dict(), **_placement(job),
             "fit": job.result["fit"], "notes": job.result["notes"]}
 
@@ -110,15 +110,16 @@ def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
     return {"job_id": job.job_id, "old_tier": job.tier, "new_tier": change.tier, "reason": change.reason}
 
 
-def _submit(spec, tags: tuple[str, ...]):
-    """The CLI's own path: analyse, check cap and fit, create the run (a refusal: 422)."""
+def _submit(spec, tags: tuple[str, ...], reason: str):
+    """The CLI's own path: analyse, check cap and fit, create the run (a refusal: 422). The host's
+    own CLI (the local operator) records its submits as `yoloq submit`, as it does without the API."""
     from yoloq.commands.submit import Job, analyse_job, submit_batch
 
     job = Job("api", spec=spec)
     analyse_job(job, None)
     if job.error is None:
         try:
-            submit_batch([job], None, keep_going=False, reason="POST /v1/jobs", tags=tags)
+            submit_batch([job], None, keep_going=False, reason=reason, tags=tags)
         except UserError:
             if job.error is None:  # not the job's own refusal (e.g. the stack is down)
                 raise

@@ -18,11 +18,11 @@ CONNECT_TIMEOUT_S = 10.0
 class Remote:
     """Bearer-token HTTP calls to one yoloq server; JSON in, JSON out."""
 
-    def __init__(self, server: Server, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, server: Server, timeout_s: float = TIMEOUT_S, headers: dict[str, str] | None = None) -> None:
         self.server = server
         self._http = httpx.Client(base_url=f"{server.url}/v1",
                                   timeout=httpx.Timeout(timeout_s, connect=CONNECT_TIMEOUT_S),
-                                  headers={"Authorization": f"Bearer {server.token}"})
+                                  headers={"Authorization": f"Bearer {server.token}", **(headers or {})})
 
     def __enter__(self) -> Self:
         return self

@@ -66,6 +66,29 @@ def explicit_api_url() -> str | None:
     return url if url and not os.environ.get("YOLOQ_PORT") else None
 
 
+def local_api() -> Any | None:
+    """This host's stack API as its local operator (`yoloq.client.local_stack`), or None: no state
+    folder, no API answering, or the user's own PREFECT_API_URL naming another server."""
+    from yoloq.base.paths import state_paths
+    from yoloq.client.local_stack import USER_HEADER, local_server
+    from yoloq.client.remote import Remote
+    from yoloq.records.events import actor
+
+    root = state_paths().root
+    if explicit_api_url() is not None or not root.is_dir():
+        return None
+    server = local_server(_stack_port(root))
+    return Remote(server, headers={USER_HEADER: actor()}) if server is not None else None
+
+
+def _stack_port(root: Any) -> int | None:
+    """The Prefect port the commands would use (`YOLOQ_PORT`, else the one `yoloq up` saved)."""
+    try:
+        return int(os.environ.get("YOLOQ_PORT") or (root / "port").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _require_answer(url: str, explicit: bool) -> None:
     from yoloq.ops.stack import api_answers
 

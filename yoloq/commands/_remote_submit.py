@@ -1,4 +1,5 @@
-"""`yoloq submit` through a yoloq server: the specs and sweeps are read and checked here, then
+"""`yoloq submit` through a yoloq server (or, for one job, through this host's own stack API as its
+local operator, `yoloq.client.local_stack`): the specs and sweeps are read and checked here, then
 each job is `POST /v1/jobs`; the server analyses it (its dataset path is the server's), checks
 the team and its tier cap, and creates it. The output is the local command's, line for line."""
 
@@ -24,12 +25,10 @@ class RemoteAnalysis(dict):
         return dict(self)
 
 
-def submit_remote(args: argparse.Namespace, remote: Any) -> int:
-    from yoloq.domain import sweep
-    from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
+def submit_remote(args: argparse.Namespace, remote: Any, jobs: list[Any]) -> int:
+    """Post the planned jobs one by one; prints what the local command prints, notes included."""
+    from yoloq.commands._submit_batch import batch_error, print_job, stop_if_bad
 
-    paths, overrides = sweep.split_items(args.items)
-    jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]
     single = len(jobs) == 1
     stop_if_bad(jobs, args.keep_going, single)
     if args.gpu:
@@ -42,6 +41,8 @@ def submit_remote(args: argparse.Namespace, remote: Any) -> int:
                 print_job(job, args.json, dry_run=False, single=single)
             elif not args.keep_going:
                 break
+    for note in dict.fromkeys(n for job in jobs if job.result for n in job.result["notes"]):
+        print(f"note: {note}", file=sys.stderr)
     bad = [job for job in jobs if job.error is not None]
     created = sum(1 for job in jobs if job.result)
     if bad:

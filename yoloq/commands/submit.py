@@ -1,6 +1,8 @@
 """`yoloq submit SPEC [SPEC ...] [key=value ...] [--json] [--gpu NAME] [--dry-run] [--keep-going]`:
 analyse every job locally, check each against the team's tier cap and the pool, then create the
-jobs' `yolo-job` runs: all in this one process, through one Prefect client.
+jobs' `yolo-job` runs: all in this one process, through one Prefect client. One job on the host
+of a running stack goes instead to the stack's warm API as its local operator (same checks, same
+output, no Prefect import: `yoloq.client.local_stack`).
 
 A SPEC is a job spec or a sweep file (a base spec and a `grid`, see `yoloq.sweep`); `key=value`
 overrides apply to every job, the way `yolo train key=value` does. Every job is analysed and
@@ -56,15 +58,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from yoloq.domain import sweep
     from yoloq.client.remote import remote
-
-    server = None if args.dry_run else remote()
-    if server is not None:  # a yoloq server is configured: it analyses, checks and creates
-        from yoloq.commands._remote_submit import submit_remote
-
-        return submit_remote(args, server)
+    from yoloq.commands._remote_submit import submit_remote
 
     paths, overrides = sweep.split_items(args.items)
     jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan(paths, overrides)]
+    server = None if args.dry_run else remote()
+    if server is not None:  # a yoloq server is configured: it analyses, checks and creates
+        return submit_remote(args, server, jobs)
+    if not args.dry_run and not args.gpu and len(jobs) == 1 and jobs[0].error is None:
+        from yoloq.commands._client import local_api
+
+        local = local_api()  # one job: this host's warm API analyses and creates it, no Prefect import
+        if local is not None:
+            return submit_remote(args, local, jobs)
     for job in jobs:
         analyse_job(job, args.gpu)
     single = len(jobs) == 1

@@ -33,6 +33,7 @@ from yoloq.base.errors import UserError
 STORE_NAME = "teams.json"
 TOKEN_PREFIX = "yq"
 FILE_MODE = 0o600
+LOCAL_OPERATOR = "@local"  # the operator's team: not a valid team name, so no team can be it
 REFUSED_TTL_S = 60.0  # a refused token is checked again after this long
 REFUSED_MAX = 4096  # refused tokens remembered at most (the oldest is forgotten first)
 
@@ -44,11 +45,17 @@ class Caller:
     team: str
     label: str
     admin: bool = False
+    user: str = ""  # set for the local operator only: the OS user the host's CLI acts for
 
     @property
     def actor(self) -> str:
-        """The audit log's actor for this caller (`team/label`)."""
-        return f"{self.team}/{self.label}"
+        """The audit log's actor: `team/label`, or the local operator's OS user (as a local command)."""
+        return self.user or f"{self.team}/{self.label}"
+
+    @property
+    def local(self) -> bool:
+        """The host's own CLI, holding the stack's operator secret (`yoloq.client.local_stack`)."""
+        return self.team == LOCAL_OPERATOR
 
 
 @dataclass
