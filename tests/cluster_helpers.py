@@ -244,7 +244,6 @@ LOAD_JOB = {"model": "yolov8n.yaml", "epochs": 1, "segment_epochs": 1, "imgsz": 
 # heartbeat (cluster_pool's 10 s, for the drain test, drains healthy nodes on a host this
 # busy), and urgent jobs may preempt at once (min_runtime_s=0).
 LOAD_SETTINGS = {"YOLOQ_NODE_TIMEOUT_S": "30"}
-FINAL = ("Completed", "Failed", "Cancelled", "Crashed")
 
 
 def load_team_tier(i: int) -> tuple[str, str]:
@@ -298,10 +297,12 @@ def job_states(pool: Pool) -> dict[str, str]:
 
 
 def wait_load(pool: Pool, ids: dict[str, Any], timeout_s: float, echo: Any = None) -> None:
+    from stack_helpers import FINAL_STATES
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         states = job_states(pool)
-        ended = sum(1 for j in ids if states.get(j) in FINAL)
+        ended = sum(1 for j in ids if states.get(j) in FINAL_STATES)
         if echo:
             echo(f"{ended}/{len(ids)} jobs ended")
         if ended == len(ids):

@@ -17,11 +17,10 @@ from typing import Any
 
 import psutil
 import pytest
-from stack_helpers import paused_worker
+from stack_helpers import FINAL_STATES, paused_worker
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
-FINAL = ("Completed", "Failed", "Cancelled", "Crashed")
 
 
 def stack_processes(stack) -> dict[int, float]:
@@ -81,7 +80,7 @@ def waiting(job_ids: list[str]) -> bool:
 
 def final_state(job_id: str) -> str | None:
     name = job(job_id).flow_run.state.name
-    return name if name in FINAL else None
+    return name if name in FINAL_STATES else None
 
 
 def test_waiting_jobs_add_no_process_and_bounded_memory(yoloq_stack, tiny_dataset):
