@@ -8,6 +8,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import httpx
 import pytest
 from stack_helpers import wait_for, write_spec, yoloq
 
-from yoloq.client.local_stack import FILE_NAME, USER_HEADER
+from yoloq.client.local_stack import FILE_NAME, USER_HEADER, settings_digest
 
 stack_test = pytest.mark.service
 
@@ -58,6 +59,7 @@ def test_the_operator_secret_is_owner_only_and_names_the_stack_api(yoloq_stack):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     saved = operator_secret(yoloq_stack)
     assert saved["url"] == yoloq_stack.rest_url and saved["prefect_port"] == yoloq_stack.port
+    assert saved["host"] == socket.gethostname()
 
 
 @stack_test
@@ -129,7 +131,8 @@ def test_no_operator_file_means_the_prefect_path(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     assert local_api() is None
     (tmp_path / FILE_NAME).write_text(json.dumps({"url": "http://127.0.0.1:9", "prefect_port": 1,
-                                                  "token": "yqop_stale"}))
+                                                  "token": "yqop_stale", "host": socket.gethostname(),
+                                                  "settings": settings_digest(os.environ)}))
     monkeypatch.setenv("YOLOQ_PORT", "1")
     assert local_api() is None  # a stale file: nothing answers there
     os.chmod(tmp_path / FILE_NAME, 0o600)
@@ -147,4 +150,17 @@ def test_other_settings_in_the_shell_take_the_prefect_path(yoloq_stack, monkeypa
     assert local_api() is None
     monkeypatch.delenv("YOLOQ_TIER_CAPS")
     monkeypatch.setenv("YOLOQ_PORT", str(yoloq_stack.port + 100))  # another stack's port, same folder
+    assert local_api() is None
+
+
+@stack_test
+def test_a_secret_file_written_on_another_host_is_not_used(yoloq_stack, tmp_path, monkeypatch):
+    """A state folder shared between hosts: another host's loopback URL is not this one's."""
+    from yoloq.commands._client import local_api
+
+    saved = operator_secret(yoloq_stack)
+    monkeypatch.setenv("YOLOQ_HOME", str(tmp_path))
+    (tmp_path / FILE_NAME).write_text(json.dumps(saved))
+    assert local_api() is not None  # the same file on this host: used
+    (tmp_path / FILE_NAME).write_text(json.dumps({**saved, "host": "another-host"}))
     assert local_api() is None

@@ -21,6 +21,7 @@ import hmac
 import json
 import os
 import secrets
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def publish(host: str, port: int, prefect_port: int, root: Path | None = None) -
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     reach = "127.0.0.1" if host in _LOOPBACK else host
     body = {"url": f"http://{reach}:{port}", "prefect_port": prefect_port, "token": token, "pid": os.getpid(),
-            "settings": settings_digest(os.environ)}
+            "host": socket.gethostname(), "settings": settings_digest(os.environ)}
     write_atomically(operator_file(root), lambda out: out.write(json.dumps(body).encode()), mode=0o600)
     return token
 
@@ -70,6 +71,8 @@ def local_server(prefect_port: int | None) -> Server | None:
     saved = _read(path)
     if saved is None or (prefect_port is not None and saved.get("prefect_port") != prefect_port):
         return None
+    if saved.get("host") != socket.gethostname():
+        return None  # a state folder shared with another host: its loopback is not this one's
     if saved.get("settings") != settings_digest(os.environ):
         return None  # the API would analyse and check under other settings than this command's
     url, token = str(saved.get("url", "")), str(saved.get("token", ""))
