@@ -9,8 +9,8 @@ state folder and `YOLOQ_STACK=1`): server, job runner, GPU worker and anything t
 Jobs are submitted through the Python call that `yoloq submit` makes to create a job's run
 (`create_job_run`), in this one process, without the CLI's local analysis, fit and policy
 checks (each job's parent still analyses), so the submit rate is the stack's, not the CLI's
-(`bench/submit.py` times those: about 1.9 s a CLI call on this 2-core host, mostly importing
-Prefect). Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic
+(`bench/submit.py` times those: 0.76 s a one-job CLI call on the stack's host, 2.29 s on the
+Prefect path a batch takes, on this 2-core host). Each job: yolov8n.yaml, 1 epoch, 64 px, batch 4, no export, on a synthetic
 8/4-image dataset. A job counts as waiting once its parent run is Running and its first segment
 is Scheduled.
 

@@ -185,14 +185,15 @@ def admitted_snapshot(snapshot: Snapshot, decision: Decision, now: float) -> Sna
 def _running_row(seg: Any, view: Any, decision: Decision) -> dict[str, Any]:
     from work_pools.scheduling import past_last_epoch
 
-    stopping = next((p.reason for p in decision.preempt if p.segment_id == seg.id), None)
-    if stopping is None and seg.stopping and view is not None and past_last_epoch(view):
-        stopping = "finishing: its last epoch is done"
-    elif stopping is None and seg.stopping:
-        stopping = "stopping at next epoch: preemption requested"
-    elif stopping is not None:
-        stopping = f"stopping at next epoch: {stopping}"
-    reason = stopping or "running"
+    asked_for = next((p.reason for p in decision.preempt if p.segment_id == seg.id), None)
+    if asked_for is not None:
+        reason = f"stopping at next epoch: {asked_for}"
+    elif seg.stopping and view is not None and past_last_epoch(view):
+        reason = "finishing: its last epoch is done"
+    elif seg.stopping:
+        reason = "stopping at next epoch: preemption requested"
+    else:
+        reason = "running"
     return {**_identity(seg, view), "state": "running", "position": 0,
             "gpus": ",".join(str(i) for i in seg.gpu_indices), "reason": reason,
             "eta": "", "eta_at": "", "eta_s": None, "eta_low": None, "eta_high": None}

@@ -72,21 +72,14 @@ def local_api() -> Any | None:
     from yoloq.base.paths import state_paths
     from yoloq.client.local_stack import USER_HEADER, local_server
     from yoloq.client.remote import Remote
+    from yoloq.ops.stack import chosen_port
     from yoloq.records.events import actor
 
-    root = state_paths().root
-    if explicit_api_url() is not None or not root.is_dir():
+    paths = state_paths()
+    if explicit_api_url() is not None or not paths.root.is_dir():
         return None
-    server = local_server(_stack_port(root))
+    server = local_server(chosen_port(paths))
     return Remote(server, headers={USER_HEADER: actor()}) if server is not None else None
-
-
-def _stack_port(root: Any) -> int | None:
-    """The Prefect port the commands would use (`YOLOQ_PORT`, else the one `yoloq up` saved)."""
-    try:
-        return int(os.environ.get("YOLOQ_PORT") or (root / "port").read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _require_answer(url: str, explicit: bool) -> None:

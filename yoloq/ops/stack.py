@@ -54,7 +54,7 @@ class Stack:
 
 def current_stack(port: int | None = None) -> Stack:
     paths = offline.apply()
-    chosen = port or int(os.environ.get("YOLOQ_PORT") or _saved_port(paths) or offline.PREFECT_PORT_DEFAULT)
+    chosen = port or chosen_port(paths) or offline.PREFECT_PORT_DEFAULT
     return Stack(paths, chosen)
 
 
@@ -279,6 +279,11 @@ def _signal_group(pid: int, sig: signal.Signals) -> bool:
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def chosen_port(paths: StatePaths) -> int | None:
+    """The Prefect port of this state folder's stack: `$YOLOQ_PORT`, else the one `up` saved."""
+    return int(os.environ.get("YOLOQ_PORT") or 0) or _saved_port(paths)
 
 
 def _saved_port(paths: StatePaths) -> int | None:
