@@ -14,6 +14,10 @@ from typing import Any
 
 from yoloq.base.errors import UserError
 
+# A loaded SQLite-backed server can take seconds to answer its health check; that is not "down"
+# (a stopped one refuses at once). The API process checks at every client it opens, under load.
+ANSWER_TIMEOUT_S = 5.0
+
 
 @contextmanager
 def stack_client() -> Iterator[Any]:
@@ -85,7 +89,7 @@ def local_api() -> Any | None:
 def _require_answer(url: str, explicit: bool) -> None:
     from yoloq.ops.stack import api_answers
 
-    if api_answers(url):
+    if api_answers(url, timeout_s=ANSWER_TIMEOUT_S):
         return
     if explicit:
         raise UserError("PREFECT_API_URL", f"no Prefect server answers on {url}",
