@@ -86,8 +86,7 @@ def submit(spec_path: Path) -> str:
     from yoloq.domain.spec import load_spec
 
     spec = load_spec(spec_path)
-    analyse(spec)
-    result = submit_job(spec)
+    result = submit_job(spec, analysis=analyse(spec))
     return result["job_id"]
 
 

@@ -25,6 +25,7 @@ from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 share_client_tls_context()
 
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
+from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
@@ -53,8 +54,6 @@ def yolo_job(spec: dict[str, Any], job_id: str | None = None) -> dict[str, Any]:
     job_id = job_id or str(current_run.get_name())
     analysis = analyse_task(job.model_dump())
     per_segment = plan_segment_epochs(job, analysis)
-    patiently(lambda: open_mlflow_run(job, job_id, analysis, per_segment),
-              "opening the job's MLflow run", logger)
     logger.info("job %s: %s, %d epochs in segments of %d, queue %s", job_id,
                 analysis.get("job_class"), job.epochs, per_segment, job.tier.queue)
     outcome = _train(job, job_id, analysis, per_segment, logger)
@@ -72,6 +71,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     crash are queued again after a backoff; the count resets whenever the job progresses."""
     store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
     guard = ParentGuard(job_id, logger)
+    announced = job.tier in ANNOUNCED_TIERS  # as submitted: the tags the scheduler reads
     failures, progress, last, throttle = 0, None, None, None
     while True:
         if guard.check():
@@ -79,7 +79,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         latest = patiently(lambda: store.latest(job_id), "reading the job's checkpoints", logger)
         done = latest.epoch if latest else 0
         finished = bool(latest and (latest.finished or latest.epoch >= job.epochs))
-        if finished and patiently(lambda: _finalised(job_id), "reading the MLflow run", logger):
+        if finished and patiently(lambda: _finalised(job_id), "reading the job's segments", logger):
             return None
         if (done, finished) != progress:
             failures, progress = 0, (done, finished)
@@ -91,7 +91,8 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job, logger)
         plan = {**segment_plan(job, analysis, done), **(throttle or {})}
-        last = run = _segment_run(job, job_id, done, target, plan, logger)
+        params = mlflow_params(job, analysis, per_segment) if done == 0 else None
+        last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
@@ -144,8 +145,10 @@ def _retry_or_fail(run: Any, failures: int, logger) -> Any:
 
 
 def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[str, Any],
-                 logger) -> Any:
-    """Wait for the job's live segment if it has one, else create one and wait for it.
+                 logger, announced: bool = False, params: dict[str, Any] | None = None) -> Any:
+    """Wait for the job's live segment if it has one, else create one and wait for it
+    (`announced`: the job was submitted at an announced tier; its first segment withdraws it;
+    `params`: the MLflow run's params, for a segment that may be the one to create the run).
 
     The idempotency key names the job, the epoch it starts from and how many segments
     from that epoch have ended: two parents of one job (however they came about) create
@@ -167,13 +170,33 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
         settings.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
-                    "plan": plan},
+                    "plan": plan, **({"mlflow_params": params} if params else {})},
         work_queue_name=job.tier.queue,
         tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
         flow_run_name=name, idempotency_key=key,
         timeout=0,
     ), "queuing the segment", logger)
+    if announced and not earlier:
+        _withdraw_announcement(logger)
     return _wait_final(run.id, logger)
+
+
+def _withdraw_announcement(logger) -> None:
+    """The first segment exists: the scheduler now sees it, not the submit's announcement
+    of it (`work_pools.announce`)."""
+    from prefect.client.orchestration import get_client
+
+    from work_pools.announce import withdrawn
+
+    run_id = current_run.get_id()
+    if run_id is None:
+        return
+
+    def write() -> None:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run_labels(run_id, withdrawn())
+
+    patiently(write, "withdrawing the job's announcement", logger)
 
 
 def segment_identity(job_id: str, done: int, target: int, earlier: list[Any]) -> tuple[str, str]:
@@ -249,24 +272,14 @@ class ParentGuard:
         return bool(run.state and run.state.is_cancelling())
 
 
-@task(name="open-mlflow-run")
-def open_mlflow_run(job: JobSpec, job_id: str, analysis: dict[str, Any],
-                    per_segment: int) -> str:
-    """Create (or find) the job's one MLflow run at queue time, with its params: the spec,
-    the full train arguments and the analysis. Every segment continues this run."""
-    from yoloq.records.tracking import JobTracker
-
-    uri, experiment = settings.mlflow_tracking_uri()
+def mlflow_params(job: JobSpec, analysis: dict[str, Any], per_segment: int) -> dict[str, Any]:
+    """The job's MLflow run params: the spec, the full train arguments and the analysis. The
+    segment that creates the run logs them (the parent never imports MLflow: 150-200 MB of
+    the job runner's memory, and 0.1-0.3 s of every job's way to its first segment)."""
     spec = job.model_dump()
     train_args = spec.pop("train_args")
-    params = {"spec": {**spec, "segment_epochs": per_segment}, "train": train_args,
-              "analysis": {k: v for k, v in analysis.items() if k not in ("names", "fingerprint")}}
-    tracker = JobTracker(uri, experiment)
-    if tracker.is_finished(job_id):  # a restarted parent of a finished job: leave it closed
-        return ""
-    return tracker.run_for_job(
-        job_id, params=params, tags={"yoloq.team": job.team, "yoloq.tier": job.priority,
-                                     "yoloq.job_class": str(analysis.get("job_class", ""))})
+    return {"spec": {**spec, "segment_epochs": per_segment}, "train": train_args,
+            "analysis": {k: v for k, v in analysis.items() if k not in ("names", "fingerprint")}}
 
 
 def _current_tier(job: JobSpec, logger) -> JobSpec:
@@ -289,11 +302,14 @@ def _killed_victim(run) -> bool:
 
 
 def _finalised(job_id: str) -> bool:
-    """True once the final segment has evaluated and exported (the MLflow run is ended)."""
-    from yoloq.records.tracking import JobTracker
+    """True once a segment has evaluated, exported and ended the job's MLflow run: it says so
+    in a label of its run (`settings.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
+    from prefect.client.orchestration import get_client
 
-    uri, experiment = settings.mlflow_tracking_uri()
-    return JobTracker(uri, experiment).is_finished(job_id)
+    from yoloq.records.jobs import segments_of
+
+    with get_client(sync_client=True) as client:
+        return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in segments_of(client, job_id))
 
 
 def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:

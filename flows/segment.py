@@ -40,7 +40,7 @@ from flows.ledger import EpochLedger  # noqa: E402
 from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
 from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
-from flows.stages import finalise  # noqa: E402
+from flows.stages import finalise, mark_finalised  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.spec import JobSpec  # noqa: E402
@@ -164,13 +164,16 @@ def checkpoint_finished(path: Path, epoch: int, epochs: int) -> bool:
 
 @flow(name="train-segment", log_prints=True, retries=0)
 def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
-                  plan: dict[str, Any] | None = None) -> Any:
-    """Train the job up to `stop_after_epoch` epochs in total, resuming from its store."""
+                  plan: dict[str, Any] | None = None,
+                  mlflow_params: dict[str, Any] | None = None) -> Any:
+    """Train the job up to `stop_after_epoch` epochs in total, resuming from its store.
+    `mlflow_params` (a job's segments from epoch 0): the params of the job's MLflow run, which
+    the first of them creates."""
     timer = SetupTimer()
     logger = get_run_logger()
     job = JobSpec.model_validate(spec)
     try:
-        return _segment(job, job_id, stop_after_epoch, plan or {}, logger, timer)
+        return _segment(job, job_id, stop_after_epoch, plan or {}, logger, timer, mlflow_params)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -180,7 +183,8 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
 
 
 def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
-             logger: Any, timer: SetupTimer | None = None) -> Any:
+             logger: Any, timer: SetupTimer | None = None,
+             mlflow_params: dict[str, Any] | None = None) -> Any:
     from yoloq.records.tracking import JobTracker
 
     timer = timer or SetupTimer()
@@ -196,8 +200,11 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, A
     tracker = JobTracker(uri, experiment)
     if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
         logger.warning("job %s is already finished and finalised; nothing to do", job_id)
+        mark_finalised()  # its parent may not have seen it (a crash after the MLflow run ended)
         return {"job_id": job_id, "finished": True, "already_finalised": True}
-    run_id = tracker.run_for_job(job_id, tags={"yoloq.team": job.team, "yoloq.tier": job.priority})
+    run_id = tracker.run_for_job(job_id, params=mlflow_params, tags={
+        "yoloq.team": job.team, "yoloq.tier": job.priority,
+        **({"yoloq.job_class": str(job_class)} if (job_class := plan.get("job_class")) else {})})
     tracker.increment_tag(run_id, "yoloq.segments")
     timer.mark("MLflow run")
 

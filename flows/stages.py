@@ -2,7 +2,8 @@
 
 `finalise` runs them for a job whose epochs are all trained, each step at most once:
 a step done is recorded as a tag on the job's MLflow run, so a segment that finalises
-again after a crash skips it, and the MLflow run ends FINISHED last.
+again after a crash skips it, and the MLflow run ends FINISHED last. Then the segment's
+own flow run gets `yoloq.finalised` (`mark_finalised`): what the job's parent reads.
 """
 
 from __future__ import annotations
@@ -49,7 +50,28 @@ def finalise(job: JobSpec, job_id: str, tracker: Any, run_id: str, save_dir: Pat
         summary["exports"] = export_task(job, job_id, best, tracker, run_id)
         tracker.set_tags(run_id, {EXPORTED_TAG: "1"})
     tracker.finish(run_id)
+    mark_finalised()
     return summary
+
+
+def mark_finalised() -> None:
+    """Label this segment's run: the job's MLflow run is ended (its parent then stops)."""
+    from prefect import get_run_logger
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    from flows.recovery import patiently
+    from yoloq.base.settings import FINALISED_LABEL
+
+    run_id = flow_run.get_id()
+    if run_id is None:  # called outside a flow run (a test calling in)
+        return
+
+    def write() -> None:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run_labels(run_id, {FINALISED_LABEL: "1"})
+
+    patiently(write, "labelling the segment finalised", get_run_logger())
 
 
 def _train_results(checkpoint: Path) -> dict[str, list[Any]] | None:

@@ -96,6 +96,41 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
     _assert_weights_equal_uninterrupted(low, low_spec, tmp_path)
 
 
+def test_an_urgent_job_is_announced_and_its_victim_asked_before_its_segment_exists(
+        yoloq_stack, slower_dataset, tiny_dataset, tmp_path):
+    """The job runner is frozen, so the urgent job's parent cannot start, let alone queue its
+    first segment: only the submit's announcement can make the leader ask the victim."""
+    import psutil
+    from prefect.client.orchestration import get_client
+
+    from work_pools.announce import LABEL
+    from yoloq.ops import stack as stack_mod
+    from yoloq.records.jobs import parent_run, segments_of
+
+    low_spec = write_spec(tmp_path / "low.yaml", slower_dataset, name="low-announced", priority="low",
+                          epochs=3, segment_epochs=3, batch=8)
+    urgent_spec = write_spec(tmp_path / "urgent.yaml", tiny_dataset, name="urgent-announced",
+                             team="oncall", priority="urgent", epochs=1, segment_epochs=1)
+    low = submit(low_spec)
+    victim = wait_running(low)
+    runner = psutil.Process(stack_mod._read_pid(yoloq_stack, "runner"))
+    runner.suspend()
+    try:
+        urgent = submit(urgent_spec)
+        wait_label(victim, "yoloq.preempt", "requested", timeout_s=120)
+        with get_client(sync_client=True) as client:
+            assert segments_of(client, urgent) == []  # its parent has not run
+            assert client.read_flow_run(victim).labels["yoloq.preempted_by"] == urgent
+    finally:
+        runner.resume()
+    assert wait_final(urgent)["state"] == "Completed"
+    low_status = wait_final(low)
+    assert low_status["state"] == "Completed" and low_status["epochs_done"] == 3
+    with get_client(sync_client=True) as client:
+        assert parent_run(client, urgent).labels[LABEL] == ""  # withdrawn by its first segment
+        assert LABEL not in (parent_run(client, low).labels or {})  # a low job is not announced
+
+
 def _assert_preempted_without_error_logs(segment_id) -> None:
     """A preemption is normal operation: the victim's run ends Preempted, and its log in the
     Prefect UI has no ERROR (the stock engine entry point logged a CancelledRun traceback)."""

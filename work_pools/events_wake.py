@@ -4,8 +4,9 @@ The server emits `prefect.flow-run.<State>` for every state change (the resource
 `prefect.state-type`, the related resources the run's work pool). Two loops listen:
 
 - the `yolo-gpu` worker (`work_pools.worker`) runs a scheduling pass as soon as a segment
-  of its pool turns Scheduled (a new pending segment) or final (a freed slot), or a node
-  reports a freed slot (`SLOT_FREED`, emitted once a segment's process has exited);
+  of its pool turns Scheduled (a new pending segment) or final (a freed slot), a node
+  reports a freed slot (`SLOT_FREED`, emitted once a segment's process has exited), or an
+  urgent job is submitted (its parent turns Scheduled: `work_pools.announce`);
 - the job runner takes a new job (a `yolo-job` run of its pool turning Scheduled) at once, and
   its `SegmentWatch` reads a waited-for segment as soon as it turns final.
 
@@ -60,6 +61,12 @@ def state_type(event: Any) -> str:
 
 def in_pool(event: Any, pool: str) -> bool:
     return any(r.get("prefect.resource.role") == "work-pool" and r.get("prefect.resource.name") == pool
+               for r in event.related)
+
+
+def has_tag(event: Any, tag: str) -> bool:
+    """The run the event is about carries this tag (a related resource of role `tag`)."""
+    return any(r.get("prefect.resource.role") == "tag" and r.get("prefect.resource.id") == f"prefect.tag.{tag}"
                for r in event.related)
 
 

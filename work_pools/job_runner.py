@@ -45,8 +45,8 @@ def starting_limit() -> int:
 class StartGate:
     """At most `limit` parents between their submission and their first wait for a segment.
 
-    A burst of submissions (500 jobs at once) would otherwise have every parent analyse, open
-    its MLflow run and create its segment together: the server's SQLite then answers 503 and
+    A burst of submissions (500 jobs at once) would otherwise have every parent analyse and
+    create its segment together: the server's SQLite then answers 503 and
     Prefect's worker marks runs Crashed, and the CPU is shared 500 ways. A parent leaves the
     gate when it first waits (the segment watch calls `leave`) or when its run ends; waiting
     parents hold nothing, so the number of jobs that may wait is not bounded."""

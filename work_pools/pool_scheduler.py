@@ -19,6 +19,10 @@ all GPUs, and writes the outcome back into Prefect as labels on the runs:
   (not yet started) or marked Crashed (started): their jobs resume elsewhere from
   the shared checkpoint store.
 
+An urgent job is seen from its submission (`work_pools.announce`): until its first segment
+exists, its parent's announced plan stands in for it, so a victim is asked at once; the stand-in
+is never admitted.
+
 A GPU is the pair (node, local index). `decide` sees one flat index space,
 numbered node by node; the mapping is kept here and never leaves this module.
 """
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
+from work_pools.announce import announced_views
 from work_pools.holds import StopHolds
 from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
@@ -38,7 +43,7 @@ from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
-from yoloq.base.settings import PREEMPT_LABEL
+from yoloq.base.settings import JOBS_POOL, PREEMPT_LABEL
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
 THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch
@@ -93,8 +98,8 @@ def assignment(run: Any) -> tuple[str, tuple[int, ...]] | None:
 class PoolScheduler:
     """The leader's state between passes: usage cache, notified quota breaches, pass timings."""
 
-    def __init__(self, pool: str) -> None:
-        self.pool = pool
+    def __init__(self, pool: str, jobs_pool: str = JOBS_POOL) -> None:
+        self.pool, self.jobs_pool = pool, jobs_pool  # jobs_pool: where urgent jobs are announced
         self.usage = UsageBook(pool)
         self.notified: dict[str, float] = {}
         self.holds = StopHolds()
@@ -132,14 +137,18 @@ class PoolScheduler:
         pool_gpus = PoolGpus.of(live)
         occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
-        waiting_jobs = {segment_view(r).job_id for r in pending}
+        announced = await announced_views(client, self.jobs_pool, now,
+                                          {segment_view(r).job_id for r in open_runs + exiting})
+        waiting_jobs = {segment_view(r).job_id for r in pending} | {v.job_id for v in announced}
         held = self.holds.current((str(r.id) for r in occupying), waiting_jobs, now)
         plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified,
+                         extra_pending=tuple(announced),
                          held={pool_gpus.index_of[g]: job for g, job in held.items()
                                if g in pool_gpus.index_of})
         if plan.decision.snapshot is not None:
             self.holds.observe(plan.decision.snapshot.running, pool_gpus.where)
-        decision, views, reserved = plan.decision, plan.views, plan.reserved
+        decision = without_admits(plan.decision, {v.flow_run_id for v in announced})
+        views, reserved = plan.views, plan.reserved
         result.decide_s = plan.decide_s
         result.decision, result.running = decision, [views[r.id] for r in occupying]
         rejoin = _rejoin_shared_gpu(pending, decision, pool_gpus, views, reserved)
@@ -149,6 +158,14 @@ class PoolScheduler:
         self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
                              len(decision.preempt), time.time()))
         return result
+
+
+def without_admits(decision: WorkerDecision, stand_ins: set[UUID]) -> WorkerDecision:
+    """The decision with no admission of an announced job: it has no run to start yet (its
+    GPU stays free for it, and the hold keeps it once its segment arrives)."""
+    if not stand_ins:
+        return decision
+    return replace(decision, admit=tuple(a for a in decision.admit if a.flow_run_id not in stand_ins))
 
 
 @dataclass

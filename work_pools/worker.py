@@ -31,6 +31,7 @@ from prefect.workers.base import (
 )
 
 from work_pools import events_wake, nodes, processes
+from work_pools.announce import urgent_job_submitted
 from work_pools.inventory import GpuInfo, inventory
 from work_pools.lease import SchedulerLease, lease_seconds, publish_stats
 from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
@@ -155,6 +156,9 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
             return await super().get_and_submit_flow_runs()
 
     def _on_event(self, event: Any) -> None:
+        if urgent_job_submitted(event):
+            self._kick(event.event, event.occurred.timestamp())
+            return
         if not events_wake.in_pool(event, self._work_pool_name):
             return
         if event.event != events_wake.SLOT_FREED and (

@@ -116,6 +116,7 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
     notes: list[str] = []
     with stack_client() as client:  # first: it points Prefect at the stack before Prefect is imported
         from blocks.policy import load_policy
+        from work_pools.announce import announce_labels
 
         policy = load_policy()
         pool, source = _pool_gpus(client, gpu) if any(job.analysis is not None for job in jobs) else ([], "none")
@@ -127,10 +128,19 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
         for job in jobs:
             if job.error is None:
                 job_id = create_job_run(job.spec, reason=reason, client=client, deployment_id=deployment_id,
-                                        tags=tags)
+                                        tags=tags, labels=announce_labels(first_plan(job)))
                 job.result = {"job_id": job_id, "fit": fits[id(job)], "notes": notes}
                 echo(job)
     return notes
+
+
+def first_plan(job: Job) -> dict[str, Any] | None:
+    """The plan the job's first segment will carry (what the parent writes), from the analysis."""
+    if job.analysis is None:
+        return None
+    from flows.job import segment_plan
+
+    return segment_plan(job.spec, job.analysis.to_dict(), 0)
 
 
 def _checked_fit(job: Job, policy, pool, source: str, notes: list[str]) -> dict[str, Any] | None:
@@ -220,12 +230,13 @@ def job_tags(job_id: str, spec, extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tuple[str, ...] = (),
-                   job_id: str | None = None) -> str:
+                   job_id: str | None = None, labels: dict[str, str] | None = None) -> str:
     """Create the `yolo-job` run (the job) and its audit event; the caller has a Prefect API.
 
     With a sync `client` and the deployment's id (a batch), the run is created through that
     client; without, through `run_deployment` (a new client). The job id is the run's
-    idempotency key: a creation retried after a lost response returns the same run.
+    idempotency key: a creation retried after a lost response returns the same run. `labels`
+    (the batch path only) are set at creation: an urgent job's announcement (`work_pools.announce`).
     """
     from yoloq.records.events import emit_job_event
 
@@ -236,7 +247,7 @@ def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tup
 
         client.create_flow_run_from_deployment(deployment_id, parameters=parameters, state=Scheduled(),
                                                name=job_id, tags=job_tags(job_id, spec, tags),
-                                               idempotency_key=job_id)
+                                               idempotency_key=job_id, labels=labels or None)
     else:
         from prefect.deployments import run_deployment
 
