@@ -93,6 +93,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         plan = {**segment_plan(job, analysis, done), **(throttle or {})}
         params = mlflow_params(job, analysis, per_segment) if done == 0 else None
         last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
+        announced = False  # cleared by the call above
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
@@ -147,7 +148,8 @@ def _retry_or_fail(run: Any, failures: int, logger) -> Any:
 def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[str, Any],
                  logger, announced: bool = False, params: dict[str, Any] | None = None) -> Any:
     """Wait for the job's live segment if it has one, else create one and wait for it
-    (`announced`: the job was submitted at an announced tier; its first segment withdraws it;
+    (`announced`: the job was submitted at an announced tier and this parent has not yet
+    cleared the announcement, which it does once the job has a segment;
     `params`: the MLflow run's params, for a segment that may be the one to create the run).
 
     The idempotency key names the job, the epoch it starts from and how many segments
@@ -165,6 +167,8 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
     if live:
         logger.warning("job %s already has segment %s (%s); waiting for it instead of "
                        "queuing another", job_id, live[0].name, live[0].state.name)
+        if announced:  # a parent that took over from one that died before clearing it
+            _withdraw_announcement(logger)
         return _wait_final(live[0].id, logger)
     name, key = segment_identity(job_id, done, target, earlier)
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
@@ -176,7 +180,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
         flow_run_name=name, idempotency_key=key,
         timeout=0,
     ), "queuing the segment", logger)
-    if announced and not earlier:
+    if announced:
         _withdraw_announcement(logger)
     return _wait_final(run.id, logger)
 
@@ -306,10 +310,10 @@ def _finalised(job_id: str) -> bool:
     in a label of its run (`settings.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.records.jobs import segments_of
+    from yoloq.records.jobs import newest_segments
 
     with get_client(sync_client=True) as client:
-        return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in segments_of(client, job_id))
+        return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in newest_segments(client, job_id))
 
 
 def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from work_pools.announce import LABEL, announce_labels, announced_view, withdrawn
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Policy
-from work_pools.pool_scheduler import PoolGpus, plan_pass, without_admits
+from work_pools.pool_scheduler import STAND_IN_WAITING, PoolGpus, plan_pass, without_admits
 from work_pools.segments import TIER_LABEL, SegmentView
 from yoloq.domain.tiers import Tier
 
@@ -84,5 +84,15 @@ def test_the_leader_preempts_for_an_announcement_but_never_admits_it():
 
     free = plan_pass(_gpus(2), [busy], [], [], policy, NOW, extra_pending=(stand_in,))
     assert [a.flow_run_id for a in free.decision.admit] == [stand_in.flow_run_id]  # decide would
-    assert without_admits(free.decision, {stand_in.flow_run_id}).admit == ()  # the leader does not
+    kept = without_admits(free.decision, {stand_in.flow_run_id})
+    assert kept.admit == () and kept.raw.admit == ()  # the leader, the board and the ETAs do not
+    assert kept.waiting[stand_in.flow_run_id] == STAND_IN_WAITING
+    assert kept.raw.waiting[str(stand_in.flow_run_id)] == STAND_IN_WAITING
     assert free.decision.preempt == ()  # a free GPU: nobody is asked to stop
+
+
+def test_an_urgent_parent_does_not_wait_at_the_runners_start_gate():
+    from work_pools.job_runner import jumps_the_gate
+
+    assert jumps_the_gate(SimpleNamespace(tags=["job:u", "team:oncall", "tier:urgent", "yoloq"]))
+    assert not jumps_the_gate(SimpleNamespace(tags=["job:n", "team:vision", "tier:normal", "yoloq"]))

@@ -65,10 +65,10 @@ def announced_view(run: Any) -> SegmentView | None:
     return segment_view(stand_in)
 
 
-async def announced_views(client: Any, jobs_pool: str, now: float,
-                          known_jobs: set[str]) -> list[SegmentView]:
-    """Urgent parents of `jobs_pool` announced in the last `WINDOW_S` whose job has no open
-    segment (`known_jobs`: the job ids of the pool's open segment runs)."""
+async def announced_views(client: Any, jobs_pool: str, now: float) -> list[SegmentView]:
+    """Urgent parents of `jobs_pool` announced in the last `WINDOW_S` (the caller drops those
+    whose job has, or has had, a segment: a label may outlive a parent that died before
+    clearing it)."""
     from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterExpectedStartTime,
                                                 FlowRunFilterState, FlowRunFilterStateType,
                                                 FlowRunFilterTags)
@@ -83,7 +83,7 @@ async def announced_views(client: Any, jobs_pool: str, now: float,
         state=FlowRunFilterState(type=FlowRunFilterStateType(
             any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))))
     views = (announced_view(run) for run in runs)
-    return [v for v in views if v is not None and v.job_id not in known_jobs]
+    return [v for v in views if v is not None]
 
 
 def withdrawn() -> dict[str, str]:

@@ -49,7 +49,8 @@ class StartGate:
     create its segment together: the server's SQLite then answers 503 and
     Prefect's worker marks runs Crashed, and the CPU is shared 500 ways. A parent leaves the
     gate when it first waits (the segment watch calls `leave`) or when its run ends; waiting
-    parents hold nothing, so the number of jobs that may wait is not bounded."""
+    parents hold nothing, so the number of jobs that may wait is not bounded. An urgent job's
+    parent does not wait at the gate (`jumps_the_gate`)."""
 
     def __init__(self, limit: int) -> None:
         self._slots = threading.BoundedSemaphore(limit)
@@ -66,6 +67,13 @@ class StartGate:
 
 
 gate = StartGate(starting_limit())
+URGENT_TAG = "tier:urgent"
+
+
+def jumps_the_gate(flow_run: Any) -> bool:
+    """An urgent job's parent starts at once, whatever burst fills the gate: its victim may
+    already be draining (`work_pools.announce`). Urgent jobs are few; the gate is for bursts."""
+    return URGENT_TAG in (flow_run.tags or [])
 
 
 def parents_without_watcher_threads() -> None:
@@ -212,7 +220,8 @@ def execute(flow_run_id: Any) -> int:
 
     flow_run = patiently(read, f"reading flow run {flow_run_id}", logging.getLogger("yoloq.job_runner"))
     logger = flow_run_logger(flow_run=flow_run)
-    gate.enter()
+    if not jumps_the_gate(flow_run):
+        gate.enter()
     try:
         flow = patiently(lambda: load_flow(flow_run), "loading the job's flow", logger)
         run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)

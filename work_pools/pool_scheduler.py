@@ -130,6 +130,9 @@ class PoolScheduler:
         started = time.perf_counter()
         live = [n for n in nodes if n.alive(now)]
         live_names = {n.name for n in live}
+        # Announcements first: a parent clears its label only once its segment exists, so a
+        # job whose label is gone by now has its segment among the open runs read next.
+        announcing = await announced_views(client, self.jobs_pool, now)
         open_runs = await _open_runs(client, self.pool)
         exiting = await _exiting_runs(client, live, {r.id for r in open_runs})
         result = PassResult(decision=None)
@@ -137,8 +140,8 @@ class PoolScheduler:
         pool_gpus = PoolGpus.of(live)
         occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
-        announced = await announced_views(client, self.jobs_pool, now,
-                                          {segment_view(r).job_id for r in open_runs + exiting})
+        had_segments = {segment_view(r).job_id for r in open_runs + exiting} | {iv.job_id for iv in intervals}
+        announced = [v for v in announcing if v.job_id not in had_segments]
         waiting_jobs = {segment_view(r).job_id for r in pending} | {v.job_id for v in announced}
         held = self.holds.current((str(r.id) for r in occupying), waiting_jobs, now)
         plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified,
@@ -160,12 +163,22 @@ class PoolScheduler:
         return result
 
 
+STAND_IN_WAITING = "announced: the GPU is kept for it while its parent queues its first segment"
+
+
 def without_admits(decision: WorkerDecision, stand_ins: set[UUID]) -> WorkerDecision:
     """The decision with no admission of an announced job: it has no run to start yet (its
-    GPU stays free for it, and the hold keeps it once its segment arrives)."""
+    GPU stays free for it, and the hold keeps it once its segment arrives). The board and the
+    ETA tracker read `raw`: there too the stand-in waits rather than starts."""
     if not stand_ins:
         return decision
-    return replace(decision, admit=tuple(a for a in decision.admit if a.flow_run_id not in stand_ins))
+    ids = {str(i) for i in stand_ins}
+    dropped = [a.segment_id for a in decision.raw.admit if a.segment_id in ids]
+    raw = replace(decision.raw, admit=tuple(a for a in decision.raw.admit if a.segment_id not in ids),
+                  waiting={**decision.raw.waiting, **{i: STAND_IN_WAITING for i in dropped}})
+    return replace(decision, raw=raw,
+                   admit=tuple(a for a in decision.admit if a.flow_run_id not in stand_ins),
+                   waiting={**decision.waiting, **{UUID(i): STAND_IN_WAITING for i in dropped}})
 
 
 @dataclass

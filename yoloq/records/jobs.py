@@ -45,6 +45,17 @@ def _runs(client, deployment: str, limit: int = 200, name: str | None = None):
         flow_run_filter=flt, sort=FlowRunSort.START_TIME_DESC, limit=limit)
 
 
+def newest_segments(client, job_id: str, limit: int = 10) -> list[Any]:
+    """The job's last `limit` segment runs, newest first (the one that finalised it is among
+    them, however many segments the job had)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
+        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=limit + 1)
+    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None][:limit]
+
+
 def segments_of(client, job_id: str) -> list[Any]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
     from prefect.client.schemas.sorting import FlowRunSort
