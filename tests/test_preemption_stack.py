@@ -113,6 +113,7 @@ def test_an_urgent_job_is_announced_and_its_victim_asked_before_its_segment_exis
                              team="oncall", priority="urgent", epochs=1, segment_epochs=1)
     low = submit(low_spec)
     victim = wait_running(low)
+    pid = freeze(victim)  # inside its epochs: a victim past its last one is asked nothing
     runner = psutil.Process(stack_mod._read_pid(yoloq_stack, "runner"))
     runner.suspend()
     try:
@@ -123,6 +124,7 @@ def test_an_urgent_job_is_announced_and_its_victim_asked_before_its_segment_exis
             assert client.read_flow_run(victim).labels["yoloq.preempted_by"] == urgent
     finally:
         runner.resume()
+        thaw(pid)
     assert wait_final(urgent)["state"] == "Completed"
     low_status = wait_final(low)
     assert low_status["state"] == "Completed" and low_status["epochs_done"] == 3
