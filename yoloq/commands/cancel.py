@@ -32,15 +32,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def cancel_job(client, job, reason: str) -> list:
-    """Set the job's live runs (segments, then the parent) Cancelling and record the event;
-    returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`."""
+    """Set the job's live runs (the parent, then its segments) Cancelling and record the event;
+    returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`.
+
+    The parent goes first: a segment cancelled first ends within milliseconds, its parent then
+    ends Cancelled, and a forced Cancelling written after that left the parent Cancelling for
+    good (seen in CI: `test_submit_bulk`'s sweep waited 240 s for a parent the runner had ended)."""
     from prefect.states import Cancelling
 
     from yoloq.records.events import emit_job_event
 
-    targets = [s for s in job.segments if s.state and not s.state.is_final()]
-    if job.flow_run.state and not job.flow_run.state.is_final():
-        targets.append(job.flow_run)
+    targets = [job.flow_run] if job.flow_run.state and not job.flow_run.state.is_final() else []
+    targets += [s for s in job.segments if s.state and not s.state.is_final()]
     for run_ in targets:
         client.set_flow_run_state(run_.id, Cancelling(message=reason), force=True)
     emit_job_event("cancelled", job.job_id, job.team, reason=reason)
