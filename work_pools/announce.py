@@ -27,6 +27,7 @@ from yoloq.domain.tiers import Tier
 LABEL = "yoloq.announce"  # on a parent run: its first segment's plan (JSON), "" once queued
 WINDOW_S = 120.0  # an announcement this old no longer counts (its parent is stuck or gone)
 ANNOUNCED_TIERS = frozenset({Tier.URGENT})
+ANNOUNCED_TAGS = frozenset(f"tier:{tier.label}" for tier in ANNOUNCED_TIERS)  # as `job_tags` writes them
 
 
 def announce_labels(plan: dict[str, Any] | None) -> dict[str, str]:
@@ -78,7 +79,7 @@ async def announced_views(client: Any, jobs_pool: str, now: float) -> list[Segme
 
     since = datetime.fromtimestamp(now - WINDOW_S, timezone.utc)
     runs = await _runs(client, jobs_pool, FlowRunFilter(
-        tags=FlowRunFilterTags(all_=[f"tier:{Tier.URGENT.label}"]),
+        tags=FlowRunFilterTags(all_=[f"tier:{Tier.URGENT.label}"]),  # the one announced tier
         expected_start_time=FlowRunFilterExpectedStartTime(after_=since),
         state=FlowRunFilterState(type=FlowRunFilterStateType(
             any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))))
@@ -99,4 +100,4 @@ def urgent_job_submitted(event: Any, jobs_pool: str = "") -> bool:
 
     return (events_wake.state_type(event) == "SCHEDULED"
             and events_wake.in_pool(event, jobs_pool or JOBS_POOL)
-            and any(events_wake.has_tag(event, f"tier:{tier.label}") for tier in ANNOUNCED_TIERS))
+            and any(events_wake.has_tag(event, tag) for tag in ANNOUNCED_TAGS))

@@ -67,13 +67,14 @@ class StartGate:
 
 
 gate = StartGate(starting_limit())
-URGENT_TAG = "tier:urgent"
 
 
 def jumps_the_gate(flow_run: Any) -> bool:
     """An urgent job's parent starts at once, whatever burst fills the gate: its victim may
     already be draining (`work_pools.announce`). Urgent jobs are few; the gate is for bursts."""
-    return URGENT_TAG in (flow_run.tags or [])
+    from work_pools.announce import ANNOUNCED_TAGS
+
+    return bool(ANNOUNCED_TAGS.intersection(flow_run.tags or []))
 
 
 def parents_without_watcher_threads() -> None:
