@@ -26,6 +26,7 @@ share_client_tls_context()
 
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
+from work_pools.segments import segment_plan  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
@@ -90,7 +91,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job, logger)
-        plan = {**segment_plan(job, analysis, done), **(throttle or {})}
+        plan = {**segment_plan(job, analysis, done, _submitted_at()), **(throttle or {})}
         params = mlflow_params(job, analysis, per_segment) if done == 0 else None
         last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
         announced = False  # cleared by the call above
@@ -314,23 +315,6 @@ def _finalised(job_id: str) -> bool:
 
     with get_client(sync_client=True) as client:
         return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in newest_segments(client, job_id))
-
-
-def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:
-    from work_pools.segments import memory_plan as plan
-
-    return plan(analysis)
-
-
-def segment_plan(job: JobSpec, analysis: dict[str, Any], epochs_done: int) -> dict[str, Any]:
-    """What the GPU worker needs to schedule the segment without reading anything else."""
-    return {
-        "team": job.team, "tier": job.priority, "job_class": analysis.get("job_class", "full"),
-        "est_mem_gb": analysis.get("est_gpu_mem_gb", 0.0),
-        "est_epoch_s": analysis.get("est_epoch_s", 0.0),
-        "epochs": job.epochs, "epochs_done": epochs_done, "submitted_at": _submitted_at(),
-        **memory_plan(analysis),
-    }
 
 
 def _submitted_at() -> float | None:

@@ -40,7 +40,7 @@ from work_pools.holds import StopHolds
 from work_pools.inventory import GpuInfo
 from work_pools.nodes import NodeRecord
 from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
-from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_view
+from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
 from yoloq.base.settings import JOBS_POOL, PREEMPT_LABEL
@@ -140,9 +140,9 @@ class PoolScheduler:
         pool_gpus = PoolGpus.of(live)
         occupying, pending = split_open_runs(open_runs + exiting, live_names, result.drained, now)
         intervals = await self.usage.refresh(client, now, open_runs)
-        had_segments = {segment_view(r).job_id for r in open_runs + exiting} | {iv.job_id for iv in intervals}
+        had_segments = {segment_job_id(r) for r in open_runs + exiting} | {iv.job_id for iv in intervals}
         announced = [v for v in announcing if v.job_id not in had_segments]
-        waiting_jobs = {segment_view(r).job_id for r in pending} | {v.job_id for v in announced}
+        waiting_jobs = {segment_job_id(r) for r in pending} | {v.job_id for v in announced}
         held = self.holds.current((str(r.id) for r in occupying), waiting_jobs, now)
         plan = plan_pass(pool_gpus, occupying, pending, intervals, policy, now, self.notified,
                          extra_pending=tuple(announced),

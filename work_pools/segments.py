@@ -57,7 +57,7 @@ def segment_view(flow_run: Any) -> SegmentView:
     return SegmentView(
         flow_run_id=flow_run.id,
         name=flow_run.name,
-        job_id=str(params.get("job_id", flow_run.name)),
+        job_id=segment_job_id(flow_run),
         team=str(plan.get("team") or spec.get("team") or "default"),
         tier=Tier.parse((flow_run.labels or {}).get(TIER_LABEL) or plan.get("tier")
                         or spec.get("priority") or "normal"),
@@ -74,6 +74,25 @@ def segment_view(flow_run: Any) -> SegmentView:
         fixed_mem_gb=float(plan.get("fixed_mem_gb") or 0.0),
         mem_per_image_gb=float(plan.get("mem_per_image_gb") or 0.0),
     )
+
+
+def segment_job_id(flow_run: Any) -> str:
+    """The job a segment run belongs to (what `segment_view(run).job_id` reads), alone."""
+    return str((flow_run.parameters or {}).get("job_id", flow_run.name))
+
+
+def segment_plan(job: Any, analysis: dict[str, Any], epochs_done: int,
+                 submitted_at: float | None) -> dict[str, Any]:
+    """What the scheduler needs to place a segment of `job` (a JobSpec) without reading anything
+    else. The parent writes it on each segment; submit's announcement and the API's provisional
+    ETA build the first one ahead of the parent."""
+    return {
+        "team": job.team, "tier": job.priority, "job_class": analysis.get("job_class", "full"),
+        "est_mem_gb": analysis.get("est_gpu_mem_gb", 0.0),
+        "est_epoch_s": analysis.get("est_epoch_s", 0.0),
+        "epochs": job.epochs, "epochs_done": epochs_done, "submitted_at": submitted_at,
+        **memory_plan(analysis),
+    }
 
 
 def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:

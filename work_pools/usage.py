@@ -22,6 +22,7 @@ from typing import Any
 from work_pools.ledger import JobUsage, LedgerState
 from work_pools.policy.fairshare import UsageLedger, period_start
 from work_pools.policy.model import Policy
+from work_pools.segments import segment_job_id
 from yoloq.domain.gpus import TU_SECONDS
 
 NODE_LABEL = "yoloq.node"
@@ -71,7 +72,7 @@ def interval_from_run(run: Any) -> SegmentInterval | None:
     gpus = [g for g in str(labels[GPUS_LABEL]).split(",") if g.strip()]
     end = run.end_time.timestamp() if run.end_time is not None else None
     return SegmentInterval(
-        run_id=str(run.id), job_id=str(params.get("job_id", run.name)),
+        run_id=str(run.id), job_id=segment_job_id(run),
         team=str(plan.get("team") or spec.get("team") or "default"),
         node=str(labels.get(NODE_LABEL, "")), start=run.start_time.timestamp(), end=end,
         gpus=len(gpus), speed=float(labels.get(SPEED_LABEL) or 1.0),

@@ -2,7 +2,7 @@
 
 The job has no segment yet (its parent flow creates it a moment later), so the pool is
 read as the scheduler reads it (live nodes, open segment runs, usage from finished ones)
-with the job's first segment added as its parent will plan it (`flows.job.segment_plan`). The
+with the job's first segment added as its parent will plan it (`work_pools.segments.segment_plan`). The
 policy's `decide` runs once over that snapshot, writing nothing; the job starts now if it
 would be admitted, else the board's forward run (`work_pools.policy.eta.estimate`) gives
 its start with an 80% interval. The board replaces this estimate once it has planned the
@@ -59,11 +59,10 @@ def eta_answer(eta: Any, now: float) -> dict[str, Any]:
 
 def _first_segment(spec: Any, analysis: dict[str, Any], job_id: str, now: float):
     """The view the scheduler will have of the job's first segment."""
-    from flows.job import segment_plan
-    from work_pools.segments import segment_view
+    from work_pools.segments import segment_plan, segment_view
 
     at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
-    plan = {**segment_plan(spec, analysis, 0), "submitted_at": now}
+    plan = segment_plan(spec, analysis, 0, now)
     run = SimpleNamespace(id=uuid.uuid4(), name=f"{job_id}-provisional", labels={},
                           parameters={"plan": plan, "spec": spec.model_dump(), "job_id": job_id},
                           expected_start_time=at, created=at)

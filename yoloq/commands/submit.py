@@ -138,9 +138,9 @@ def first_plan(job: Job) -> dict[str, Any] | None:
     """The plan the job's first segment will carry (what the parent writes), from the analysis."""
     if job.analysis is None:
         return None
-    from flows.job import segment_plan
+    from work_pools.segments import segment_plan
 
-    return segment_plan(job.spec, job.analysis.to_dict(), 0)
+    return segment_plan(job.spec, job.analysis.to_dict(), 0, None)  # the leader reads the run's created
 
 
 def _checked_fit(job: Job, policy, pool, source: str, notes: list[str]) -> dict[str, Any] | None:
