@@ -2,7 +2,7 @@
 # and install the project when needed (pip's cache makes later installs fast).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: install demo test up down bench clean
 

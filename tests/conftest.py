@@ -29,6 +29,9 @@ for _remote in ("YOLOQ_SERVER", "YOLOQ_TOKEN"):
 # One intra-op thread per training process: on a 2-core machine two tests train at once, and
 # OpenMP threads spinning over each other slow both (every process of a test inherits this).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A server started while both workers run stacks has taken over the default 90 s on a slow CI
+# host (still "Waiting for application startup"): the tests allow it more.
+os.environ.setdefault("YOLOQ_SERVER_START_S", "300")
 # Upload a checkpoint every epoch (the default chooses by cost, which on these tiny jobs means
 # rarely): the fault tests count the epochs a crash makes a job retrain.
 os.environ.setdefault("YOLOQ_CHECKPOINT_EVERY", "1")
@@ -91,6 +94,33 @@ def unattributed_escapes(log: Path, attributed: list[tuple[int, int, str]]) -> s
 def pytest_configure_node(node):
     """pytest-xdist controller: tell each worker where to report escapes outside its tests."""
     node.workerinput["yoloq_netguard_reports"] = str(_SESSION_DIR)
+
+
+# The longest files, by `--durations` in CI (the load scenario about 1,000 s of one worker, the
+# node scenarios about 900 s), started first: with `--dist loadfile` a file runs on one worker,
+# and one this long started last leaves the other worker idle until it ends.
+LONGEST_FIRST = ("test_cluster_load.py", "test_cluster_nodes.py")
+
+
+def file_order(item: pytest.Item) -> int:
+    """Longest files first, then files that start a stack, then training, then the rest."""
+    name = item.path.name
+    if name in LONGEST_FIRST:
+        return LONGEST_FIRST.index(name)
+    if item.get_closest_marker("service"):
+        return len(LONGEST_FIRST)
+    if item.get_closest_marker("training") or item.get_closest_marker("integration"):
+        return len(LONGEST_FIRST) + 1
+    return len(LONGEST_FIRST) + 2
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Order the files for xdist (`--no-loadscope-reorder` keeps this order; its default sorts
+    files by test count, which puts the few-test, longest files last). Stable within a file."""
+    first = {}
+    for item in items:
+        first[item.path] = min(first.get(item.path, 99), file_order(item))
+    items.sort(key=lambda item: first[item.path])
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -128,7 +128,7 @@ def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs
                                    team="oncall", priority="urgent", epochs=1, export=[]))
         try:
             wait_for(lambda: segments(urgent), "urgent queued", 600)
-            time.sleep(3)  # a few worker polls with the urgent segment waiting
+            time.sleep(6)  # its Scheduled event's pass and a poll (5 s) with the urgent segment waiting
         finally:
             thaw(pid)
         assert wait_final(low)["preemptions"] == 0

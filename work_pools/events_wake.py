@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -41,7 +40,9 @@ _LOG = logging.getLogger("yoloq.events_wake")
 
 def enabled() -> bool:
     """Event wake on unless `YOLOQ_WAKE=poll`."""
-    return (os.environ.get("YOLOQ_WAKE") or "events").strip().lower() != "poll"
+    from yoloq.base.offline import event_wake_enabled
+
+    return event_wake_enabled()
 
 
 def run_id(event: Any) -> UUID | None:

@@ -19,8 +19,11 @@ _FIXED_ENV = {
     # Prefect
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
-    "PREFECT_WORKER_QUERY_SECONDS": "1",
     "PREFECT_WORKER_PREFETCH_SECONDS": "2",
+    # A waiting segment stays Scheduled: the late-runs service would mark every one Late 15 s
+    # after it was queued, a state change whose event starts a scheduling pass on every node
+    # (and "Late" is wrong for a job waiting its turn).
+    "PREFECT_SERVER_SERVICES_LATE_RUNS_ENABLED": "false",
     "PREFECT_UI_ENABLED": "true",
     "PREFECT_CLOUD_ENABLE_ORCHESTRATION_TELEMETRY": "false",
     "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
@@ -46,11 +49,24 @@ def apply(paths: StatePaths | None = None) -> StatePaths:
     os.environ["YOLOQ_HOME"] = str(paths.root)
     for key, value in _FIXED_ENV.items():
         os.environ.setdefault(key, value)
+    os.environ.setdefault("PREFECT_WORKER_QUERY_SECONDS", str(worker_poll_s()))
     os.environ.setdefault("PREFECT_HOME", str(paths.prefect_home))
     os.environ.setdefault("YOLO_CONFIG_DIR", str(paths.ultralytics))
     os.environ.setdefault("MPLCONFIGDIR", str(paths.root / "matplotlib"))
     _install_font(Path(os.environ["YOLO_CONFIG_DIR"]))
     return paths
+
+
+def event_wake_enabled() -> bool:
+    """Prefect's event stream wakes the scheduling loops unless `YOLOQ_WAKE=poll`."""
+    return (os.environ.get("YOLOQ_WAKE") or "events").strip().lower() != "poll"
+
+
+def worker_poll_s() -> int:
+    """The node agent's poll. With the event wake it is only the fallback for a missed event:
+    5 s, where 1 s cost an idle stack a fifth of a core in API calls (`bench/idle_cpu.py`).
+    Without it, the poll is what starts a pass: 1 s."""
+    return 5 if event_wake_enabled() else 1
 
 
 def _install_font(config_dir: Path) -> None:
