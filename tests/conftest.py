@@ -96,22 +96,26 @@ def pytest_configure_node(node):
     node.workerinput["yoloq_netguard_reports"] = str(_SESSION_DIR)
 
 
-# The longest files, by `--durations` in CI (the load scenario about 1,000 s of one worker, the
-# node scenarios about 900 s), started first: with `--dist loadfile` a file runs on one worker,
-# and one this long started last leaves the other worker idle until it ends.
-LONGEST_FIRST = ("test_cluster_load.py", "test_cluster_nodes.py")
+# With `--dist loadfile` a file runs on one worker, and xdist's own order (files by test count)
+# started the few-test, longest files last, leaving the other worker idle until they ended. The
+# load scenario (about 1,000 s of one worker in CI) starts first; the node scenarios (about
+# 900 s) come after the other stack files, so that they do not run beside it: together the two
+# pools starved the server so long that a leader's lease renewal came too late.
+FIRST, AFTER_THE_STACK_FILES = "test_cluster_load.py", "test_cluster_nodes.py"
 
 
 def file_order(item: pytest.Item) -> int:
-    """Longest files first, then files that start a stack, then training, then the rest."""
+    """The load scenario, files that start a stack, the node scenarios, training, the rest."""
     name = item.path.name
-    if name in LONGEST_FIRST:
-        return LONGEST_FIRST.index(name)
+    if name == FIRST:
+        return 0
+    if name == AFTER_THE_STACK_FILES:
+        return 2
     if item.get_closest_marker("service"):
-        return len(LONGEST_FIRST)
+        return 1
     if item.get_closest_marker("training") or item.get_closest_marker("integration"):
-        return len(LONGEST_FIRST) + 1
-    return len(LONGEST_FIRST) + 2
+        return 3
+    return 4
 
 
 def pytest_collection_modifyitems(session, config, items):

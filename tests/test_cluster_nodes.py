@@ -202,21 +202,25 @@ def _mlflow_tag(job_id: str, key: str) -> str | None:
 
 def test_a_standby_takes_over_when_the_leader_is_killed(pool, tiny_dataset, tmp_path):
     """SIGKILL the leading node agent (idle): a standby holds the lease within the lease time
-    plus the repossessor loop and a poll; the pool keeps scheduling; nothing started twice."""
+    plus the repossessor loop and a poll; the pool keeps scheduling; nothing started twice.
+    The leader is node a at the start, unless a renewal came too late on a loaded host and
+    another node took over: whichever node leads is the one killed."""
     first = leader()
-    assert first is not None and first["holder"] == "a"
+    assert first is not None and first["holder"] in ("a", "b", "c"), first
+    dead = first["holder"]
     killed_at = time.monotonic()
     os.kill(int(first["pid"]), signal.SIGKILL)
-    new = wait_for(lambda: (leader() or {}).get("holder") not in (None, "a") and leader(),
+    new = wait_for(lambda: (leader() or {}).get("holder") not in (None, dead) and leader(),
                    "a new leader", timeout_s=LEASE_S * 3)
     took = time.monotonic() - killed_at
-    print(f"\nleader takeover after SIGKILL: {took:.1f} s (lease {LEASE_S:.0f} s)")
+    print(f"\nleader {dead} killed, {new['holder']} took over after {took:.1f} s "
+          f"(lease {LEASE_S:.0f} s)")
     assert took <= LEASE_S + REPOSSESSOR_S + 30, took  # lease + loop + polls, with slack
-    assert new["holder"] in ("b", "c")
+    assert new["holder"] in {"a", "b", "c"} - {dead}
 
     after = pool.submit(_spec(pool, tmp_path, "after", "normal", 1, tiny_dataset))
     _complete(pool, after, 1)
-    assert _node(_segments(after)[0]) in ("b", "c"), "the dead node gets nothing"
+    assert _node(_segments(after)[0]) != dead, "the dead node gets nothing"
     starts = {s.name: times_started(s.id) for s in pool_segments()}
     assert starts and max(starts.values()) <= 1, {k: v for k, v in starts.items() if v > 1}
 
