@@ -26,30 +26,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from queue_scale import _role  # noqa: E402  (bench/ is this script's folder)
+from queue_scale import per_role  # noqa: E402  (bench/ is this script's folder)
 
 MODES = {"poll 1 s (before)": "1", "poll 5 s (default)": "5"}
 
 
 def stack_cpu_s(stack) -> dict[str, float]:
     """CPU seconds (user + system) so far of every process of the stack, by role."""
-    import psutil
-
-    from yoloq.ops.stack import SERVICES, _read_pid
-
-    roles = {_read_pid(stack, name): name for name in SERVICES}
-    by_role: dict[str, float] = {}
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            env = proc.environ()
-            if env.get("YOLOQ_HOME") != str(stack.paths.root) or env.get("YOLOQ_STACK") != "1":
-                continue
-            times = proc.cpu_times()
-            role = _role(proc, roles)
-            by_role[role] = by_role.get(role, 0.0) + times.user + times.system
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return by_role
+    times = per_role(stack, lambda proc: sum(proc.cpu_times()[:2]))
+    return {role: sum(v) for role, v in times.items()}
 
 
 def idle_share(poll_s: str, settle_s: float, window_s: float) -> dict[str, float]:

@@ -53,13 +53,11 @@ class Sample:
     crashed: int = 0
 
 
-def measure(stack, jobs: int, crashed: int = 0) -> Sample:
-    """Every process of the stack: count and total RSS, by role (from the PID files)."""
+def per_role(stack, read) -> dict[str, list[float]]:
+    """`read(process)` for every process of the stack, by role (from the PID files)."""
     import psutil
 
-    from yoloq.ops.stack import _read_pid
-
-    from yoloq.ops.stack import SERVICES
+    from yoloq.ops.stack import SERVICES, _read_pid
 
     roles = {_read_pid(stack, name): name for name in SERVICES}  # server, runner, worker, api
     by_role: dict[str, list[float]] = {}
@@ -69,9 +67,15 @@ def measure(stack, jobs: int, crashed: int = 0) -> Sample:
             if env.get("YOLOQ_HOME") != str(stack.paths.root) or env.get("YOLOQ_STACK") != "1":
                 continue
             role = "old runner" if env.get(OLD_MARK) else _role(proc, roles)
-            by_role.setdefault(role, []).append(proc.memory_info().rss / 2**20)
+            by_role.setdefault(role, []).append(read(proc))
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+    return by_role
+
+
+def measure(stack, jobs: int, crashed: int = 0) -> Sample:
+    """Every process of the stack: count and total RSS, by role."""
+    by_role = per_role(stack, lambda proc: proc.memory_info().rss / 2**20)
     summary = {role: (len(v), sum(v)) for role, v in sorted(by_role.items())}
     return Sample(jobs, sum(n for n, _ in summary.values()), sum(mb for _, mb in summary.values()),
                   summary, crashed)
