@@ -29,8 +29,6 @@ from uuid import UUID
 
 import anyio
 
-from yoloq.base.offline import event_wake_enabled as enabled  # on unless YOLOQ_WAKE=poll
-
 FINAL_TYPES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "CRASHED"})
 WAKE_TYPES = FINAL_TYPES | {"SCHEDULED"}
 SLOT_FREED = "yoloq.slot.freed"
@@ -40,6 +38,11 @@ _RUN_PREFIX = "prefect.flow-run."
 _LOG = logging.getLogger("yoloq.events_wake")
 
 
+def enabled() -> bool:
+    """Event wake on unless `YOLOQ_WAKE=poll`."""
+    from yoloq.base.offline import event_wake_enabled
+
+    return event_wake_enabled()
 
 
 def run_id(event: Any) -> UUID | None:
