@@ -41,6 +41,19 @@ def one_line_error(out: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
+def remote_audit(env: dict[str, str], job_id: str, wanted: set[tuple[str, str]],
+                 timeout_s: float = 60) -> tuple[list[dict], set[tuple[str, str]]]:
+    """The server persists events in batches a few seconds after they are emitted: poll until
+    every wanted (event, actor's team) pair is listed, or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        audit = json.loads(ok(run_cli(env, "audit", "--job", job_id, "--json")))
+        acted = {(row["event"], row["actor"].split("/")[0]) for row in audit}
+        if wanted <= acted or time.monotonic() > deadline:
+            return audit, acted
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def team(yoloq_stack) -> tuple[str, str]:
     """A team added with `yoloq team add` on the server host; (name, token from the last line)."""
@@ -117,9 +130,9 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     assert final["state"] == "Cancelled", final
     history = run_cli(logged_in, "history", job_id)
     assert history.returncode == 0 and "submitted" in history.stdout, history.stderr
-    audit = json.loads(ok(run_cli(logged_in, "audit", "--job", job_id, "--json")))
-    acted = {(row["event"], row["actor"].split("/")[0]) for row in audit}
-    assert {("yoloq.job.submitted", team[0]), ("yoloq.job.cancelled", team[0])} <= acted, audit
+    wanted = {("yoloq.job.submitted", team[0]), ("yoloq.job.cancelled", team[0])}
+    audit, acted = remote_audit(logged_in, job_id, wanted)
+    assert wanted <= acted, audit
 
     other = {**logged_in, "YOLOQ_TOKEN": "yq_other_token"}  # env wins over the saved token
     one_line_error(run_cli(other, "status", job_id), "401")
