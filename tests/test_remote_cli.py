@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from stack_helpers import wait_final, write_spec
+from stack_helpers import wait_final, wait_for, write_spec
 
 from yoloq.base.errors import UserError
 
@@ -39,19 +39,6 @@ def one_line_error(out: subprocess.CompletedProcess, *needles: str) -> str:
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-1500:]
     assert all(n in lines[0] for n in needles), lines[0]
     return lines[0]
-
-
-def remote_audit(env: dict[str, str], job_id: str, wanted: set[tuple[str, str]],
-                 timeout_s: float = 60) -> tuple[list[dict], set[tuple[str, str]]]:
-    """The server persists events in batches a few seconds after they are emitted: poll until
-    every wanted (event, actor's team) pair is listed, or the timeout passes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        audit = json.loads(ok(run_cli(env, "audit", "--job", job_id, "--json")))
-        acted = {(row["event"], row["actor"].split("/")[0]) for row in audit}
-        if wanted <= acted or time.monotonic() > deadline:
-            return audit, acted
-        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +118,12 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     history = run_cli(logged_in, "history", job_id)
     assert history.returncode == 0 and "submitted" in history.stdout, history.stderr
     wanted = {("yoloq.job.submitted", team[0]), ("yoloq.job.cancelled", team[0])}
-    audit, acted = remote_audit(logged_in, job_id, wanted)
-    assert wanted <= acted, audit
+
+    def acted() -> bool:  # the server stores events in batches, seconds later
+        audit = json.loads(ok(run_cli(logged_in, "audit", "--job", job_id, "--json")))
+        return {(row["event"], row["actor"].split("/")[0]) for row in audit} >= wanted
+
+    wait_for(acted, f"{job_id}'s submitted and cancelled events, with the team as actor", 60, every_s=1)
 
     other = {**logged_in, "YOLOQ_TOKEN": "yq_other_token"}  # env wins over the saved token
     one_line_error(run_cli(other, "status", job_id), "401")
