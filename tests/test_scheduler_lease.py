@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from work_pools.lease import SchedulerLease, current_leader, limit_name
+from work_pools.lease import SchedulerLease, current_leader, keep_renewed, limit_name
 
 pytestmark = pytest.mark.service
 
@@ -60,6 +60,40 @@ def test_a_revoked_lease_stops_its_holder_at_once(yoloq_stack):
     took_over, old_still_leads, old_lease = _run(_with_client(scenario))
     assert took_over is True
     assert old_still_leads is False and old_lease is None
+
+
+def test_the_keeper_holds_the_lease_through_a_pass_longer_than_the_lease(yoloq_stack):
+    """Two holders make no `hold()` call for longer than the lease (one long decision pass);
+    only one runs the agent's keeper. Its standby never gets the lease; the other standby takes
+    its lease over once it expires (the failure the keeper prevents, seen in the same run)."""
+    import time
+
+    import anyio
+
+    kept, kept_standby = SchedulerLease("lease-k", "node-1"), SchedulerLease("lease-k", "node-2")
+    bare, bare_standby = SchedulerLease("lease-u", "node-1"), SchedulerLease("lease-u", "node-2")
+    assert kept.renew_every_s == kept.duration_s / 3
+
+    async def scenario(client):
+        assert await kept.hold(client) and await bare.hold(client)
+        standby_got = {"kept": False, "bare": False}
+        stop = anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(keep_renewed, kept, client, stop)
+            deadline = time.monotonic() + kept.duration_s + 20
+            while time.monotonic() < deadline:  # the long pass: neither holder calls hold()
+                await anyio.sleep(5)
+                standby_got["kept"] |= await kept_standby.hold(client)
+                standby_got["bare"] = standby_got["bare"] or await bare_standby.hold(client)
+            stop.set()
+        held_after = {"kept": await kept.hold(client), "bare": await bare.hold(client)}
+        for lease in (kept, bare, kept_standby, bare_standby):
+            await lease.release(client)
+        return standby_got, held_after
+
+    standby_got, held_after = _run(_with_client(scenario))
+    assert standby_got == {"kept": False, "bare": True}, standby_got
+    assert held_after == {"kept": True, "bare": False}, held_after
 
 
 def test_the_lease_survives_a_server_restart(tmp_path):

@@ -2,9 +2,10 @@
 
 The lease is a Prefect global concurrency limit of one slot,
 `yoloq-scheduler-<pool>`, taken with a lease (`increment-with-lease`). The holder
-renews it before every decision pass; a renewal that fails means the lease was
-revoked (it expired while this process was stopped or cut off), and the process
-stops deciding at once. A holder that dies stops renewing: Prefect's repossessor
+renews it before every decision pass, and every third of the lease in a task of its own
+(`keep_renewed`), so a pass that runs longer than the lease (a loaded server) does not lose
+it; a renewal that fails means the lease was revoked (it expired while this process was
+stopped or cut off), and the process stops deciding at once. A holder that dies stops renewing: Prefect's repossessor
 service revokes the expired lease (it looks every
 `PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS`, 15 s by default; the yoloq
 stack sets 2 s), and the next standby to ask takes it over. Prefect requires a
@@ -15,11 +16,12 @@ loop + one poll. Who holds it is written to the Variable `yoloq-scheduler` for
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -54,8 +56,13 @@ class SchedulerLease:
     _limit_ready: bool = False
     _failures: int = 0
     _retry_at: float = 0.0  # monotonic: no lease call before this after a transient failure
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)  # pass vs keeper
 
-    async def hold(self, client: Any) -> bool:
+    @property
+    def renew_every_s(self) -> float:
+        return self.duration_s / 3
+
+    async def hold(self, client: Any, acquire: bool = True) -> bool:
         """True when this process holds the lease now (renewed, or newly taken).
 
         A transient answer from the server (5xx after Prefect's own retries, a dropped
@@ -63,13 +70,20 @@ class SchedulerLease:
         decide, one warning is logged, and the lease is asked again after a bounded backoff
         (1, 2, 4 ... `MAX_BACKOFF_S` s). A holder keeps its lease id and renews it next time;
         only 404/410 from a renewal (revoked) drop it. The node's own work (heartbeat,
-        starting what was assigned to it) goes on meanwhile."""
+        starting what was assigned to it) goes on meanwhile. With `acquire=False` a lease
+        not held now is not asked for (the keeper only renews)."""
+        async with self._lock:
+            return await self._hold_once(client, acquire)
+
+    async def _hold_once(self, client: Any, acquire: bool) -> bool:
         now = time.monotonic()
         if now < self._retry_at:
             return False
+        if not acquire and self.lease_id is None:
+            return False
         try:
             with _few_client_retries():
-                held = await self._hold(client)
+                held = await self._hold(client, acquire)
         except Exception as exc:
             if not _transient(exc):
                 raise
@@ -83,22 +97,23 @@ class SchedulerLease:
         self._failures, self._retry_at = 0, 0.0
         return held
 
-    async def _hold(self, client: Any) -> bool:
+    async def _hold(self, client: Any, acquire: bool) -> bool:
         if self.lease_id is not None:
             if await self._renew(client):
                 return True
             self.lease_id, self.held_since = None, None  # lost: stop deciding at once
             _LOG.warning("scheduler lease on %s was revoked; no longer deciding", limit_name(self.pool))
-        return await self._acquire(client)
+        return await self._acquire(client) if acquire else False
 
     async def release(self, client: Any) -> None:
-        if self.lease_id is None:
-            return
-        try:
-            await client.release_concurrency_slots_with_lease(self.lease_id)
-        except Exception:
-            pass  # an unreleased lease simply expires
-        self.lease_id, self.held_since = None, None
+        async with self._lock:
+            if self.lease_id is None:
+                return
+            try:
+                await client.release_concurrency_slots_with_lease(self.lease_id)
+            except Exception:
+                pass  # an unreleased lease simply expires
+            self.lease_id, self.held_since = None, None
 
     async def _renew(self, client: Any) -> bool:
         import httpx
@@ -143,6 +158,23 @@ class SchedulerLease:
             except ObjectAlreadyExists:
                 pass
         self._limit_ready = True
+
+
+async def keep_renewed(lease: SchedulerLease, client: Any, stopped: Any) -> None:
+    """Renew a held lease every third of its duration until the `stopped` event is set,
+    whatever the decision passes are doing: a pass renews only at its start, and one pass on
+    a loaded server took 80 s, past the 60 s lease, so a standby took over mid-pass."""
+    import anyio
+
+    while not stopped.is_set():
+        with anyio.move_on_after(lease.renew_every_s):
+            await stopped.wait()
+        if stopped.is_set():
+            return
+        try:
+            await lease.hold(client, acquire=False)
+        except Exception as exc:  # not transient: the next pass meets it too, and logs it
+            _LOG.warning("scheduler lease renewal failed (%s); the next pass asks again", _short(exc))
 
 
 def _transient(exc: Exception) -> bool:

@@ -33,7 +33,7 @@ from prefect.workers.base import (
 from work_pools import events_wake, nodes, processes
 from work_pools.announce import urgent_job_submitted
 from work_pools.inventory import GpuInfo, inventory
-from work_pools.lease import SchedulerLease, lease_seconds, publish_stats
+from work_pools.lease import SchedulerLease, keep_renewed, lease_seconds, publish_stats
 from work_pools.pool_scheduler import PassResult, PoolScheduler, assignment
 from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
@@ -122,6 +122,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         await self._heartbeat()
         self._heartbeat_due = anyio.Event()
         self._runs_task_group.start_soon(self._heartbeat_loop)
+        self._keeper_stop = anyio.Event()
+        self._runs_task_group.start_soon(keep_renewed, self._lease, self.client, self._keeper_stop)
         self._pass_lock = anyio.Lock()
         self._wake_cause: tuple[str, float] | None = None
         if events_wake.enabled():
@@ -132,6 +134,8 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
     async def teardown(self, *exc_info: Any) -> None:
         self._stopping = True
         self._waker.stop()
+        if getattr(self, "_keeper_stop", None) is not None:
+            self._keeper_stop.set()  # the keeper ends; teardown releases the lease below
         self._live_runs_changed()  # wakes the heartbeat loop, which sees _stopping and ends
         await self._stop_all_segments("node agent shutting down")
         if getattr(self, "_starter", None) is not None:

@@ -48,21 +48,29 @@ def _runs(client, deployment: str, limit: int = 200, name: str | None = None):
 def newest_segments(client, job_id: str, limit: int = 10) -> list[Any]:
     """The job's last `limit` segment runs, newest first (the one that finalised it is among
     them, however many segments the job had)."""
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
     from prefect.client.schemas.sorting import FlowRunSort
 
-    runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
-        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=limit + 1)
-    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None][:limit]
+    return _job_segments(client, job_id, FlowRunSort.EXPECTED_START_TIME_DESC, limit)
 
 
 def segments_of(client, job_id: str) -> list[Any]:
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+    """The job's segment runs, oldest first (at most `MAX_RUNS_PER_READ`)."""
     from prefect.client.schemas.sorting import FlowRunSort
 
+    return _job_segments(client, job_id, FlowRunSort.EXPECTED_START_TIME_ASC, MAX_RUNS_PER_READ)
+
+
+MAX_RUNS_PER_READ = 200  # the most runs Prefect's API returns to one read (more: HTTP 422)
+
+
+def _job_segments(client, job_id: str, sort: Any, limit: int) -> list[Any]:
+    """The runs tagged with the job, less its parent run (one more read for it, up to the
+    API's maximum), in `sort` order."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+
     runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
-        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
-    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None]
+        all_=[f"job:{job_id}"])), sort=sort, limit=min(limit + 1, MAX_RUNS_PER_READ))
+    return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None][:limit]
 
 
 def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRecord]:
@@ -106,7 +114,7 @@ def _runs_filtered(client, deployment: str, flt):
 
     return client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment.split("/")[1]])),
-        flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=200)
+        flow_run_filter=flt, sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=MAX_RUNS_PER_READ)
 
 
 def find_job(client, job_id: str) -> JobRecord:
