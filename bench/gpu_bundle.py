@@ -33,21 +33,27 @@ def image_packages() -> set[str]:
 
 
 def closure() -> dict[str, md.Distribution]:
+    """Every distribution the project needs, extras included: `sqlalchemy[asyncio]` (Prefect's)
+    brings greenlet, without which the Prefect server does not start."""
     roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    todo = [Requirement(r).name for r in roots]
+    todo = [Requirement(r) for r in roots]
     found: dict[str, md.Distribution] = {}
+    seen: set[tuple[str, str]] = set()  # (name, extra): "" for the distribution itself
     while todo:
-        name = canonicalize_name(todo.pop())
-        if name in found:
+        wanted = todo.pop()
+        name = canonicalize_name(wanted.name)
+        extras = {""} | set(wanted.extras)
+        if {(name, e) for e in extras} <= seen:
             continue
+        seen |= {(name, e) for e in extras}
         try:
-            found[name] = md.distribution(name)
+            found[name] = found.get(name) or md.distribution(name)
         except md.PackageNotFoundError:
             continue
         for line in found[name].requires or []:
             req = Requirement(line)
-            if req.marker is None or req.marker.evaluate(TARGET):
-                todo.append(req.name)
+            if req.marker is None or any(req.marker.evaluate({**TARGET, "extra": e}) for e in extras):
+                todo.append(req)
     return found
 
 

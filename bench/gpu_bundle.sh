@@ -10,7 +10,7 @@
 # the yolo-gpu worker type); installed into one folder with --target; pruned of caches, tests,
 # MLflow's and Prefect's web UIs (the API works without them; gpu_check.sh sets
 # PREFECT_UI_ENABLED=false) and botocore's models of services other than S3/STS/SSO; packed
-# with xz. Estimated from this venv's files: about 57 MiB. The run tool
+# with xz. Built in session 14: 57 MiB. The run tool
 # carries at most 64 MiB with the working tree: the script fails when the archive is larger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
