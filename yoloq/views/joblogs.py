@@ -12,6 +12,7 @@ from typing import Any
 
 PAGE = 200  # the Prefect API's page size for logs
 LOOKBACK = timedelta(seconds=15)  # logs reach the server in batches: a late line is still seen
+DRAIN_S = 10.0  # --follow reads on this long after the job ended: a segment's last lines come later
 
 
 def job_runs(client: Any, job_id: str) -> list[Any]:
@@ -65,11 +66,15 @@ def format_line(line: dict[str, Any]) -> str:
 
 
 def follow(fetch: Callable[[datetime | None], dict[str, Any]], interval_s: float = 2.0,
-           follow_on: bool = True) -> Iterator[dict[str, Any]]:
+           follow_on: bool = True, drain_s: float = DRAIN_S) -> Iterator[dict[str, Any]]:
     """Each line once, in order, from `fetch(after)` (local or remote); with `follow_on`, keep
-    asking every `interval_s` until the job has finished and a last read found nothing new."""
+    asking every `interval_s` until the job has finished, `drain_s` have passed since, and a
+    last read found nothing new. A segment's log lines reach the server in batches, seconds
+    after they were written: CI saw "epoch 1 done" missing from a follow that stopped 3 s after
+    the job ended."""
     seen: set[str] = set()
     after: datetime | None = None
+    finished_at: float | None = None
     while True:
         page = fetch(after)
         fresh = [line for line in page["lines"] if line["id"] not in seen]
@@ -78,6 +83,9 @@ def follow(fetch: Callable[[datetime | None], dict[str, Any]], interval_s: float
             yield line
         if page["lines"]:
             after = datetime.fromisoformat(page["lines"][-1]["time"]) - LOOKBACK
-        if not follow_on or (page["finished"] and not fresh):
+        if page["finished"] and finished_at is None:
+            finished_at = time.monotonic()
+        drained = finished_at is not None and time.monotonic() - finished_at >= drain_s
+        if not follow_on or (drained and not fresh):
             return
         time.sleep(interval_s)
