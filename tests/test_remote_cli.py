@@ -94,7 +94,7 @@ def test_wrong_token_and_unreachable_server_are_one_line_errors(yoloq_stack, cli
 @pytest.mark.training
 def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, team, tiny_dataset, tmp_path):
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-cancel", team=team[0],
-                      priority="low", epochs=3, segment_epochs=1)
+                      priority="low", epochs=30, segment_epochs=1)  # outlives the steps before the cancel
     out = run_cli(logged_in, "submit", str(spec), "--json")
     assert out.returncode == 0, out.stderr
     submitted = json.loads(out.stdout)
@@ -102,7 +102,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     assert submitted["analysis"]["name"] == "remote-cancel" and submitted["source"] == str(spec)
 
     status = json.loads(ok(run_cli(logged_in, "status", job_id, "--json")))
-    assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 3
+    assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 30
     listing = run_cli(logged_in, "status")
     assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
     assert isinstance(json.loads(ok(run_cli(logged_in, "queue", "--json"))), list)
