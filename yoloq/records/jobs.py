@@ -11,6 +11,8 @@ from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
            "live_segments", "parent_run", "segments_of", "trainings_per_epoch"]
 
+MAX_RUNS_PER_READ = 200  # the most runs Prefect's API returns to one read (more: HTTP 422)
+
 
 @dataclass
 class JobRecord:
@@ -34,7 +36,7 @@ class JobRecord:
                 "flow_run_id": str(self.flow_run.id) if self.flow_run else None}
 
 
-def _runs(client, deployment: str, limit: int = 200, name: str | None = None):
+def _runs(client, deployment: str, limit: int = MAX_RUNS_PER_READ, name: str | None = None):
     from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterName,
                                                 FlowRunFilter, FlowRunFilterName)
     from prefect.client.schemas.sorting import FlowRunSort
@@ -58,9 +60,6 @@ def segments_of(client, job_id: str) -> list[Any]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     return _job_segments(client, job_id, FlowRunSort.EXPECTED_START_TIME_ASC, MAX_RUNS_PER_READ)
-
-
-MAX_RUNS_PER_READ = 200  # the most runs Prefect's API returns to one read (more: HTTP 422)
 
 
 def _job_segments(client, job_id: str, sort: Any, limit: int) -> list[Any]:
