@@ -222,6 +222,21 @@ def measure_old(stack, data: Path, jobs: int, timeout_s: float) -> Sample:
     return sample
 
 
+CONTROL_PLANE = ("server", "runner", "worker", "api", "old runner")
+GOAL_MB = 1500  # issue 10: the control plane with 500 waiting jobs
+
+
+def goal_line(s: Sample) -> str:
+    """The control plane (the stack's services) against the goal, and the node's warm launcher
+    (the paused GPU worker's only child: no segment runs) beside it, constant in jobs."""
+    plane = sum(mb for role, (_, mb) in s.by_role.items() if role in CONTROL_PLANE)
+    launcher = s.by_role.get("worker child", (0, 0.0))[1]
+    verdict = "met" if plane <= GOAL_MB else "not met"
+    return (f"{s.jobs} waiting jobs: control plane (server, runner, GPU worker, yoloq API) "
+            f"{plane:,.0f} MB, goal at most {GOAL_MB:,} MB: {verdict}; the node's warm launcher "
+            f"{launcher:,.0f} MB beside it; {s.rss_mb:,.0f} MB in all")
+
+
 def _row(label: str, s: Sample) -> str:
     roles = "; ".join(f"{r} {n}, {mb:.0f}" for r, (n, mb) in s.by_role.items())
     crashed = f" ({s.crashed} more crashed at start)" if s.crashed else ""
@@ -299,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             signal_group(worker, signal.SIGCONT)
     print()
     print(table(samples, old))
+    print()
+    print(goal_line(samples[-1]))
     return 0
 
 

@@ -13,8 +13,10 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
 import pytest
 from stack_helpers import wait_final, wait_for, write_spec
 
@@ -131,7 +133,8 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
 
 @pytest.mark.service
 @pytest.mark.training
-def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tiny_dataset, tmp_path):
+def test_logs_follow_a_real_job_to_its_end_remote_and_local(yoloq_stack, logged_in, team, tiny_dataset,
+                                                              tmp_path):
     spec = write_spec(tmp_path / "job.yaml", tiny_dataset, name="remote-logs", team=team[0], epochs=1,
                       segment_epochs=1, export=[])
     job_id = json.loads(ok(run_cli(logged_in, "submit", str(spec), "--json")))["job_id"]
@@ -146,6 +149,10 @@ def test_logs_follow_a_real_job_to_its_end_remote_and_local(logged_in, team, tin
     assert local.returncode == 0, local.stderr
     messages = [json.loads(line)["message"] for line in local.stdout.splitlines()]
     assert any("epoch 1 done" in m for m in messages)
+    page = httpx.get(f"{yoloq_stack.rest_url}/v1/jobs/{job_id}/logs", timeout=60,
+                     headers={"Authorization": f"Bearer {team[1]}"}).json()
+    ended = datetime.fromisoformat(page["ended"])  # what lets --follow skip the drain later
+    assert page["finished"] and ended <= datetime.now(timezone.utc), page["ended"]
 
 
 @stack_test

@@ -20,7 +20,8 @@ router = APIRouter(tags=["jobs"])
 def job_logs(job_id: str, who: Authed,
              after: Annotated[datetime | None, Query(description="only lines at or after this ISO time "
                                                                  "(for --follow)")] = None) -> dict[str, Any]:
-    """{"job_id", "team", "finished", "lines": [{"id", "time", "run", "level", "message"}]}."""
+    """{"job_id", "team", "finished", "ended", "lines": [{"id", "time", "run", "level", "message"}]}
+    ("ended": the job's ISO end time, or null)."""
     from yoloq.commands._client import stack_client
     from yoloq.views.joblogs import job_log
 

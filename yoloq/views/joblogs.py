@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 PAGE = 200  # the Prefect API's page size for logs
@@ -25,8 +25,9 @@ def job_runs(client: Any, job_id: str) -> list[Any]:
 
 
 def job_log(client: Any, job_id: str, after: datetime | None = None) -> dict[str, Any] | None:
-    """{"job_id", "finished", "lines": [{"id", "time", "run", "level", "message"}]}, the lines at or
-    after `after`; None when no job has this id."""
+    """{"job_id", "finished", "ended", "lines": [{"id", "time", "run", "level", "message"}]}, the
+    lines at or after `after` ("ended": the parent run's ISO end time, or None); None when no
+    job has this id."""
     runs = job_runs(client, job_id)
     parent = next((r for r in runs if r.name == job_id), None)
     if parent is None:
@@ -34,8 +35,9 @@ def job_log(client: Any, job_id: str, after: datetime | None = None) -> dict[str
     names = {r.id: r.name for r in runs}
     lines = [_line(log, names) for log in _logs(client, list(names), after)]
     finished = bool(parent.state and parent.state.is_final())
+    ended = parent.end_time.isoformat() if finished and parent.end_time else None
     return {"job_id": job_id, "team": ((parent.parameters or {}).get("spec") or {}).get("team"),
-            "finished": finished, "lines": lines}
+            "finished": finished, "ended": ended, "lines": lines}
 
 
 def _logs(client: Any, run_ids: list[Any], after: datetime | None) -> list[Any]:
@@ -68,24 +70,33 @@ def format_line(line: dict[str, Any]) -> str:
 def follow(fetch: Callable[[datetime | None], dict[str, Any]], interval_s: float = 2.0,
            follow_on: bool = True, drain_s: float = DRAIN_S) -> Iterator[dict[str, Any]]:
     """Each line once, in order, from `fetch(after)` (local or remote); with `follow_on`, keep
-    asking every `interval_s` until the job has finished, `drain_s` have passed since, and a
-    last read found nothing new. A segment's log lines reach the server in batches, seconds
-    after they were written: CI saw "epoch 1 done" missing from a follow that stopped 3 s after
-    the job ended."""
+    asking every `interval_s` until a read that began `drain_s` or more after the job ended
+    (by the page's "ended" time; else since this loop first saw it finished). A segment's log
+    lines reach the server in batches, seconds after they were written: CI saw "epoch 1 done"
+    missing from a follow that stopped 3 s after the job ended. A job that ended longer ago
+    than `drain_s` is read once."""
     seen: set[str] = set()
     after: datetime | None = None
-    finished_at: float | None = None
+    finished_at: float | None = None  # time.monotonic() of the job's end
     while True:
+        read_at = time.monotonic()
         page = fetch(after)
-        fresh = [line for line in page["lines"] if line["id"] not in seen]
-        for line in fresh:
-            seen.add(line["id"])
-            yield line
+        for line in page["lines"]:
+            if line["id"] not in seen:
+                seen.add(line["id"])
+                yield line
         if page["lines"]:
             after = datetime.fromisoformat(page["lines"][-1]["time"]) - LOOKBACK
         if page["finished"] and finished_at is None:
-            finished_at = time.monotonic()
-        drained = finished_at is not None and time.monotonic() - finished_at >= drain_s
-        if not follow_on or (drained and not fresh):
+            finished_at = time.monotonic() - _ended_ago(page.get("ended"))
+        if not follow_on or (finished_at is not None and read_at - finished_at >= drain_s):
             return
         time.sleep(interval_s)
+
+
+def _ended_ago(ended: str | None) -> float:
+    """Seconds since the job ended by the page's "ended" time (0: unknown, a server without it,
+    or a clock behind the server's)."""
+    if not ended:
+        return 0.0
+    return max(0.0, (datetime.now(timezone.utc) - datetime.fromisoformat(ended)).total_seconds())
