@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     from yoloq.ops.stack import _read_pid, api_settings, private_stack
     from yoloq.datasets.synth import synth_dataset
 
+    # A bench stopped with SIGTERM (kill, pkill) still resumes the paused worker and stops the
+    # stack on the way out; else the worker stays stopped and keeps its launcher alive.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     home = Path(tempfile.mkdtemp(prefix="yoloq-queue-scale-"))
     print(f"private stack in {home}: 1 declared slot (1xCPU:8), min runtime 0, GPU worker "
           f"paused (SIGSTOP); jobs submitted in-process with create_job_run")
