@@ -28,6 +28,9 @@ from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
 from work_pools.segments import segment_plan  # noqa: E402
 from yoloq.base import settings  # noqa: E402
+from yoloq.domain.contract import (FINALISED_LABEL, PARENT_TOKEN_LABEL, PREEMPTED,  # noqa: E402
+                                   PREEMPTED_BY_LABEL, THROTTLE_GPU_LABEL, THROTTLE_LABEL,
+                                   SegmentPlan, as_plan, plan_of, run_tags, was_preempted)
 from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
 
@@ -91,14 +94,14 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
         job = _current_tier(job, logger)
-        plan = {**segment_plan(job, analysis, done, _submitted_at()), **(throttle or {})}
+        plan = segment_plan(job, analysis, done, _submitted_at()).with_changes(**(throttle or {}))
         params = mlflow_params(job, analysis, per_segment) if done == 0 else None
         last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
         announced = False  # cleared by the call above
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.is_completed() or state.name == "Preempted" or _killed_victim(run):
+        if state.is_completed() or was_preempted(run):
             continue  # the loop top reads where it got to; a preempted job queues again
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
@@ -111,25 +114,25 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         return Failed(message=f"segment {run.name} ended {state.name}: {state.message}")
 
 
-def throttled_plan(run: Any, plan: dict[str, Any], model: str) -> dict[str, Any] | None:
+def throttled_plan(run: Any, plan: SegmentPlan | dict[str, Any], model: str) -> dict[str, Any] | None:
     """Soft preemption: a segment stopped with `yoloq.throttle=<batch>` hands its job's next
     segments that batch, its smaller memory estimate and the GPU it shares with the job it
     made room for (the pool scheduler places it back there). The YOLOv5 engine cannot resume
     at another batch: its job resumes as after a plain preemption."""
-    from work_pools.pool_scheduler import THROTTLE_GPU_LABEL, THROTTLE_LABEL
     from yoloq.analysis.models import engine_of_model
 
     labels = run.labels or {}
     batch = labels.get(THROTTLE_LABEL)
-    if not batch or run.state is None or run.state.name != "Preempted":
+    if not batch or run.state is None or run.state.name != PREEMPTED:
         return None
     if engine_of_model(model) == "yolov5":
         return None
-    fixed, per_image = float(plan.get("fixed_mem_gb") or 0.0), float(plan.get("mem_per_image_gb") or 0.0)
-    mem = fixed + int(batch) * per_image if per_image else plan.get("est_mem_gb")
+    plan = as_plan(plan)
+    fixed, per_image = plan.fixed_mem_gb, plan.mem_per_image_gb
+    mem = fixed + int(batch) * per_image if per_image else plan.est_mem_gb
     return {"batch": int(batch), "throttle_batch": int(batch), "est_mem_gb": mem,
             "throttle_gpu": labels.get(THROTTLE_GPU_LABEL, ""),
-            "throttle_for": labels.get("yoloq.preempted_by", "")}
+            "throttle_for": labels.get(PREEMPTED_BY_LABEL, "")}
 
 
 def _retry_or_fail(run: Any, failures: int, logger) -> Any:
@@ -146,7 +149,7 @@ def _retry_or_fail(run: Any, failures: int, logger) -> Any:
     return None
 
 
-def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[str, Any],
+def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: SegmentPlan,
                  logger, announced: bool = False, params: dict[str, Any] | None = None) -> Any:
     """Wait for the job's live segment if it has one, else create one and wait for it
     (`announced`: the job was submitted at an announced tier and this parent has not yet
@@ -175,9 +178,9 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
         settings.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
-                    "plan": plan, **({"mlflow_params": params} if params else {})},
+                    "plan": plan.to_dict(), **({"mlflow_params": params} if params else {})},
         work_queue_name=job.tier.queue,
-        tags=[f"job:{job_id}", f"team:{job.team}", f"tier:{job.priority}", "yoloq"],
+        tags=run_tags(job_id, job.team, job.priority),
         flow_run_name=name, idempotency_key=key,
         timeout=0,
     ), "queuing the segment", logger)
@@ -208,7 +211,7 @@ def segment_identity(job_id: str, done: int, target: int, earlier: list[Any]) ->
     """The next segment's (run name, idempotency key) from the job's segments so far: every
     parent that reads the same segments derives the same key, so Prefect creates one run;
     each segment that ended from the same epoch makes the next try a new key."""
-    tries = sum(1 for r in earlier if ((r.parameters or {}).get("plan") or {}).get("epochs_done") == done)
+    tries = sum(1 for r in earlier if plan_of(r).epochs_done == done)
     stage = f"finalise-e{done}" if target == done else f"e{done}-{target}"
     return f"{job_id}.s{len(earlier) + 1}.{stage}", f"{job_id}:from-e{done}:try-{tries}"
 
@@ -238,7 +241,7 @@ class ParentGuard:
     job's flow run; one that finds another token has been replaced and leaves quietly
     (its replacement carries on from the store, adopting any live segment)."""
 
-    LABEL = "yoloq.parent_token"
+    LABEL = PARENT_TOKEN_LABEL
 
     def __init__(self, job_id: str, logger) -> None:
         import os
@@ -301,20 +304,15 @@ def _current_tier(job: JobSpec, logger) -> JobSpec:
     return job.model_copy(update={"priority": tier}) if tier and tier != job.priority else job
 
 
-def _killed_victim(run) -> bool:
-    """A preemption victim killed after its grace time ends Crashed, not Preempted."""
-    return bool(run.state.is_crashed() and (run.labels or {}).get(settings.PREEMPT_LABEL) == "requested")
-
-
 def _finalised(job_id: str) -> bool:
     """True once a segment has evaluated, exported and ended the job's MLflow run: it says so
-    in a label of its run (`settings.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
+    in a label of its run (`contract.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
     from prefect.client.orchestration import get_client
 
     from yoloq.records.jobs import newest_segments
 
     with get_client(sync_client=True) as client:
-        return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in newest_segments(client, job_id))
+        return any((run.labels or {}).get(FINALISED_LABEL) for run in newest_segments(client, job_id))
 
 
 def _submitted_at() -> float | None:

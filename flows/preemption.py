@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from yoloq.base.settings import PREEMPT_LABEL
+from yoloq.domain.contract import (CHECKPOINT_AT_LABEL, EPOCH_LABEL, PREEMPT_LABEL, PREEMPT_REASON_LABEL,
+                                   PREEMPT_REQUESTED, PREEMPTED_BY_LABEL)
 
 
 @dataclass
@@ -43,7 +44,7 @@ class FlowRunPreemption:
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(self.flow_run_id)
         self.cancelled = bool(run.state and run.state.is_cancelling())
-        wanted = (run.labels or {}).get(PREEMPT_LABEL) == "requested" or self.cancelled
+        wanted = (run.labels or {}).get(PREEMPT_LABEL) == PREEMPT_REQUESTED or self.cancelled
         if wanted and self.requested_at is None:
             self.requested_at = time.time()
         return wanted
@@ -55,9 +56,9 @@ def request_preemption(flow_run_id: UUID, by_job: str, reason: str) -> None:
 
     with get_client(sync_client=True) as client:
         client.update_flow_run_labels(flow_run_id, {
-            PREEMPT_LABEL: "requested",
-            "yoloq.preempted_by": by_job,
-            "yoloq.preempt_reason": reason[:200],
+            PREEMPT_LABEL: PREEMPT_REQUESTED,
+            PREEMPTED_BY_LABEL: by_job,
+            PREEMPT_REASON_LABEL: reason[:200],
         })
 
 
@@ -72,4 +73,4 @@ def publish_progress(epoch: int) -> None:
         return
     with get_client(sync_client=True) as client:
         client.update_flow_run_labels(UUID(flow_run_id), {
-            "yoloq.epoch": str(epoch), "yoloq.checkpoint_at": f"{time.time():.3f}"})
+            EPOCH_LABEL: str(epoch), CHECKPOINT_AT_LABEL: f"{time.time():.3f}"})

@@ -43,9 +43,11 @@ from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
+from yoloq.domain.contract import (PREEMPTED, TAG_JOB_CLASS, TAG_PREEMPTIONS,  # noqa: E402
+                                   TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,
+                                   TAG_TIER, SegmentPlan, as_plan)
 from yoloq.domain.spec import JobSpec  # noqa: E402
 
-PREEMPTED = "Preempted"
 FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # work_pools.launcher sets it in a warm segment
 
 
@@ -173,7 +175,7 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
     logger = get_run_logger()
     job = JobSpec.model_validate(spec)
     try:
-        return _segment(job, job_id, stop_after_epoch, plan or {}, logger, timer, mlflow_params)
+        return _segment(job, job_id, stop_after_epoch, as_plan(plan), logger, timer, mlflow_params)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -182,7 +184,7 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
         return Crashed(message=f"{line} (transient; the job resumes from its last checkpoint)")
 
 
-def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
+def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan,
              logger: Any, timer: SetupTimer | None = None,
              mlflow_params: dict[str, Any] | None = None) -> Any:
     from yoloq.records.tracking import JobTracker
@@ -203,9 +205,8 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, A
         mark_finalised()  # its parent may not have seen it (a crash after the MLflow run ended)
         return {"job_id": job_id, "finished": True, "already_finalised": True}
     run_id = tracker.run_for_job(job_id, params=mlflow_params, tags={
-        "yoloq.team": job.team, "yoloq.tier": job.priority,
-        **({"yoloq.job_class": str(job_class)} if (job_class := plan.get("job_class")) else {})})
-    tracker.increment_tag(run_id, "yoloq.segments")
+        TAG_TEAM: job.team, TAG_TIER: job.priority, **({TAG_JOB_CLASS: plan.job_class} if plan.job_class else {})})
+    tracker.increment_tag(run_id, TAG_SEGMENTS)
     timer.mark("MLflow run")
 
     run_key = str(current_run.get_id() or "local")
@@ -217,7 +218,7 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, A
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any],
+def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan,
            workdir: Path, store: Any, tracker: Any, run_id: str, run_key: str,
            logger: Any, timer: SetupTimer | None = None) -> Any:
     from yoloq.datasets import resolve_dataset
@@ -270,7 +271,7 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
     if result.stopped_early and preemption.cancelled:
         return Cancelled(message=f"cancelled at epoch {result.epochs_done} (checkpoint kept)")
     if result.stopped_early:
-        tracker.increment_tag(run_id, "yoloq.preemptions")
+        tracker.increment_tag(run_id, TAG_PREEMPTIONS)
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
     if result.finished:
         summary.update(finalise(job, job_id, tracker, run_id, Path(result.save_dir),
@@ -278,13 +279,13 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
     return summary
 
 
-def plan_mismatch(plan: dict[str, Any], restored: Any) -> str | None:
+def plan_mismatch(plan: SegmentPlan | dict[str, Any], restored: Any) -> str | None:
     """Why the restored checkpoint is not the one the plan says is done (None: it is).
 
     A later epoch is fine (another segment moved on); an earlier one only when every newer
     checkpoint was found unusable (corrupt or truncated, with a warning). Anything else is
     a store that lost or hides the job's progress: train nothing rather than start over."""
-    planned = int(plan.get("epochs_done") or 0)
+    planned = as_plan(plan).epochs_done
     got = restored.info.epoch if restored else 0
     if got >= planned:
         return None
@@ -314,25 +315,25 @@ def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_i
         return job
     logger.warning("job %s trains with batch %d instead of %d (reduced to fit its GPU)",
                    job.name, batch, job.batch)
-    tracker.set_tags(run_id, {"yoloq.reduced_batch": str(batch)})
+    tracker.set_tags(run_id, {TAG_REDUCED_BATCH: str(batch)})
     return job.model_copy(update={"batch": batch})
 
 
-def throttled(job: JobSpec, resumed: bool, plan: dict[str, Any], tracker: Any, run_id: str,
+def throttled(job: JobSpec, resumed: bool, plan: SegmentPlan, tracker: Any, run_id: str,
               logger: Any) -> tuple[JobSpec, bool]:
     """Soft preemption: the plan's `throttle_batch` replaces the checkpoint's batch at this
     boundary (ultralytics sets accumulate = max(round(nbs / batch), 1), so the effective batch
     stays `nbs`). The change is recorded on the MLflow run. (job, batch changed here)."""
-    batch = int(plan.get("throttle_batch") or 0)
+    batch = plan.throttle_batch
     if not resumed or not batch or batch == job.batch:
         return job, False
     from work_pools.policy.rules import accumulate_for
 
     nbs = int(job.train_args.get("nbs") or 64)
     change = (f"batch {job.batch} -> {batch}, accumulate {accumulate_for(job.batch, nbs)} -> "
-              f"{accumulate_for(batch, nbs)} (soft preemption for job {plan.get('throttle_for')})")
+              f"{accumulate_for(batch, nbs)} (soft preemption for job {plan.throttle_for})")
     logger.warning("job %s throttled: %s", job.name, change)
-    tracker.set_tags(run_id, {"yoloq.reduced_batch": str(batch), "yoloq.throttled": change})
+    tracker.set_tags(run_id, {TAG_REDUCED_BATCH: str(batch), TAG_THROTTLED: change})
     return job.model_copy(update={"batch": batch}), True
 
 

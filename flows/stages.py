@@ -15,10 +15,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from yoloq.base.paths import state_paths
+from yoloq.domain.contract import TAG_EVAL_SPLIT
+from yoloq.domain.contract import TAG_EVALUATED as EVALUATED_TAG
+from yoloq.domain.contract import TAG_EXPORTED as EXPORTED_TAG
 from yoloq.domain.spec import JobSpec
-
-EVALUATED_TAG = "yoloq.stage.evaluated"
-EXPORTED_TAG = "yoloq.stage.exported"
 
 
 def _artifact_key(job_id: str, what: str) -> str:
@@ -61,7 +61,7 @@ def mark_finalised() -> None:
     from prefect.runtime import flow_run
 
     from flows.recovery import patiently
-    from yoloq.base.settings import FINALISED_LABEL
+    from yoloq.domain.contract import FINALISED_LABEL
 
     run_id = flow_run.get_id()
     if run_id is None:  # called outside a flow run (a test calling in)
@@ -90,7 +90,7 @@ def evaluate_task(job: JobSpec, weights: Path, tracker: Any, run_id: str) -> dic
     result = evaluate(Path(weights), Path(job.data), imgsz=job.imgsz, batch=job.batch,
                       workdir=workdir)
     tracker.log_metrics(run_id, {f"eval/{k}": v for k, v in result.metrics.items()})
-    tracker.set_tags(run_id, {"yoloq.eval_split": result.split})
+    tracker.set_tags(run_id, {TAG_EVAL_SPLIT: result.split})
     rows = result.table or [{"metric": k, "value": round(v, 4)} for k, v in result.metrics.items()]
     create_table_artifact(key=_artifact_key(run_id, "evaluation"), table=rows,
                           description=f"Evaluation of best.pt on the {result.split} split")

@@ -19,26 +19,31 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from types import SimpleNamespace
+from collections.abc import Mapping
 from typing import Any
 
 from work_pools.segments import TIER_LABEL, SegmentView, segment_view
+from yoloq.domain.contract import ANNOUNCE_LABEL, SegmentPlan, as_plan, tier_tag
 from yoloq.domain.tiers import Tier
 
-LABEL = "yoloq.announce"  # on a parent run: its first segment's plan (JSON), "" once queued
+LABEL = ANNOUNCE_LABEL  # on a parent run: its first segment's plan (JSON), "" once queued
 WINDOW_S = 120.0  # an announcement this old no longer counts (its parent is stuck or gone)
 ANNOUNCED_TIERS = frozenset({Tier.URGENT})
-ANNOUNCED_TAGS = frozenset(f"tier:{tier.label}" for tier in ANNOUNCED_TIERS)  # as `job_tags` writes them
+ANNOUNCED_TAGS = frozenset(tier_tag(tier.label) for tier in ANNOUNCED_TIERS)  # as `job_tags` writes them
 
 
-def announce_labels(plan: dict[str, Any] | None) -> dict[str, str]:
+def announce_labels(plan: SegmentPlan | Mapping[str, Any] | None) -> dict[str, str]:
     """The parent run's labels that announce its first segment's `plan` (None: not announced)."""
-    if plan is None or Tier.parse(plan.get("tier") or "normal") not in ANNOUNCED_TIERS:
+    if plan is None:
         return {}
-    plan = {k: v for k, v in plan.items() if k != "submitted_at"}  # the leader reads the run's
-    return {LABEL: json.dumps(plan, separators=(",", ":"))}
+    plan = as_plan(plan)
+    if Tier.parse(plan.tier or "normal") not in ANNOUNCED_TIERS:
+        return {}
+    plan = plan.with_changes(submitted_at=None)  # the leader reads the run's creation
+    return {LABEL: json.dumps(plan.to_dict(), separators=(",", ":"))}
 
 
-def announced_plan(run: Any) -> dict[str, Any] | None:
+def announced_plan(run: Any) -> SegmentPlan | None:
     """The plan a parent run announces, or None (never announced, or already queued)."""
     raw = (run.labels or {}).get(LABEL)
     if not raw:
@@ -47,7 +52,7 @@ def announced_plan(run: Any) -> dict[str, Any] | None:
         plan = json.loads(raw)
     except ValueError:
         return None
-    return plan if isinstance(plan, dict) else None
+    return SegmentPlan.from_dict(plan) if isinstance(plan, dict) else None
 
 
 def announced_view(run: Any) -> SegmentView | None:
@@ -56,12 +61,12 @@ def announced_view(run: Any) -> SegmentView | None:
     params = run.parameters or {}
     if plan is None or "job_id" not in params:
         return None
-    plan = {**plan, "submitted_at": run.created.timestamp() if run.created else None}
+    plan = plan.with_changes(submitted_at=run.created.timestamp() if run.created else None)
     retiered = (run.labels or {}).get(TIER_LABEL)  # `yoloq retier` before the first segment
     stand_in = SimpleNamespace(
         id=run.id, name=f"{params['job_id']} (announced)",
         labels={TIER_LABEL: retiered} if retiered else {},
-        parameters={"plan": plan, "spec": params.get("spec") or {}, "job_id": params["job_id"]},
+        parameters={"plan": plan.to_dict(), "spec": params.get("spec") or {}, "job_id": params["job_id"]},
         expected_start_time=run.created, created=run.created)
     return segment_view(stand_in)
 
@@ -79,7 +84,7 @@ async def announced_views(client: Any, jobs_pool: str, now: float) -> list[Segme
 
     since = datetime.fromtimestamp(now - WINDOW_S, timezone.utc)
     runs = await _runs(client, jobs_pool, FlowRunFilter(
-        tags=FlowRunFilterTags(all_=[f"tier:{Tier.URGENT.label}"]),  # the one announced tier
+        tags=FlowRunFilterTags(all_=[tier_tag(Tier.URGENT.label)]),  # the one announced tier
         expected_start_time=FlowRunFilterExpectedStartTime(after_=since),
         state=FlowRunFilterState(type=FlowRunFilterStateType(
             any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))))

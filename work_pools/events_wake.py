@@ -29,9 +29,11 @@ from uuid import UUID
 
 import anyio
 
+from yoloq.domain.contract import SLOT_FREED_EVENT, node_resource_id
+
 FINAL_TYPES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "CRASHED"})
 WAKE_TYPES = FINAL_TYPES | {"SCHEDULED"}
-SLOT_FREED = "yoloq.slot.freed"
+SLOT_FREED = SLOT_FREED_EVENT
 RETRY_S = 2.0
 EVENT_COALESCE_S = 0.05  # kicks this close together start one pass
 _RUN_PREFIX = "prefect.flow-run."
@@ -206,7 +208,7 @@ def emit_slot_freed(node: str, pool: str, pool_id: Any, flow_run_id: UUID) -> No
     from prefect.events import emit_event
 
     try:
-        emit_event(SLOT_FREED, resource={"prefect.resource.id": f"yoloq.node.{node}"},
+        emit_event(SLOT_FREED, resource={"prefect.resource.id": node_resource_id(node)},
                    related=[{"prefect.resource.id": f"prefect.work-pool.{pool_id}",
                              "prefect.resource.role": "work-pool", "prefect.resource.name": pool},
                             {"prefect.resource.id": f"{_RUN_PREFIX}{flow_run_id}",

@@ -20,6 +20,7 @@ from typing import Any
 
 from work_pools.inventory import GpuInfo
 from yoloq.base.errors import UserError
+from yoloq.domain.contract import NODE_VARIABLE_TAG
 
 NODE_VARIABLE_PREFIX = "yoloq-node-"
 DEFAULT_NODE_TIMEOUT_S = 30.0
@@ -122,7 +123,7 @@ async def publish(client: Any, record: NodeRecord) -> None:
     """Create or update the node's Variable (the heartbeat)."""
     from work_pools.prefect_vars import upsert_variable
 
-    await upsert_variable(client, variable_name(record.name), to_value(record), tags=["yoloq-node"])
+    await upsert_variable(client, variable_name(record.name), to_value(record), tags=[NODE_VARIABLE_TAG])
 
 
 async def remove(client: Any, node: str) -> None:

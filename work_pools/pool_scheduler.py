@@ -43,11 +43,11 @@ from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
-from yoloq.base.settings import JOBS_POOL, PREEMPT_LABEL
+from yoloq.base.settings import JOBS_POOL
+from yoloq.domain.contract import (ADMIT_REASON_LABEL, ASSIGNED_AT_LABEL, PREEMPT_ASKED_AT_LABEL,
+                                   PREEMPT_LABEL, PREEMPT_REASON_LABEL, PREEMPT_REQUESTED,
+                                   THROTTLE_GPU_LABEL, THROTTLE_LABEL, plan_of, preemption_requested)
 
-ASSIGNED_AT_LABEL = "yoloq.assigned_at"
-THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch
-THROTTLE_GPU_LABEL = "yoloq.throttle_gpu"  # "<node>:<local index>" it shares
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def plan_pass(pool_gpus: PoolGpus, occupying: list[Any], pending: list[Any],
     views = {r.id: _with_job_batch(segment_view(r), r, intervals) for r in occupying + pending}
     reserved = {r.id: global_indices(pool_gpus, assignment(r)) for r in occupying}
     started_at = {r.id: started_at_of(r, now) for r in occupying}
-    asked = {r.id for r in occupying if (r.labels or {}).get(PREEMPT_LABEL) == "requested"
+    asked = {r.id for r in occupying if preemption_requested(r)
              or (r.state is not None and r.state.is_final())}
     ledger = ledger_state(intervals, now, policy.policy, notified)
     tick = time.perf_counter()
@@ -320,7 +320,7 @@ async def _apply_admissions(client: Any, admits: tuple[Admit, ...], pool_gpus: P
         first = pool_gpus.gpus[admit.gpus[0]]
         labels = {NODE_LABEL: node, GPUS_LABEL: ",".join(str(i) for i in local),
                   GPU_NAME_LABEL: first.name, SPEED_LABEL: f"{gpu_speed(first):.4f}",
-                  ASSIGNED_AT_LABEL: f"{now:.3f}", "yoloq.admit_reason": admit.reason[:200]}
+                  ASSIGNED_AT_LABEL: f"{now:.3f}", ADMIT_REASON_LABEL: admit.reason[:200]}
         if admit.batch:
             labels[BATCH_LABEL] = str(admit.batch)
         await client.update_flow_run_labels(admit.flow_run_id, labels)
@@ -334,8 +334,8 @@ async def _apply_preemptions(client: Any, decision: WorkerDecision,
 
     for stop in decision.preempt:
         await client.update_flow_run_labels(stop.flow_run_id, {
-            PREEMPT_LABEL: "requested", PREEMPTED_BY_LABEL: stop.by_job,
-            "yoloq.preempt_reason": stop.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}"})
+            PREEMPT_LABEL: PREEMPT_REQUESTED, PREEMPTED_BY_LABEL: stop.by_job,
+            PREEMPT_REASON_LABEL: stop.reason[:200], PREEMPT_ASKED_AT_LABEL: f"{now:.3f}"})
         emit_preemption(views.get(stop.flow_run_id), stop.by_job, stop.reason)
 
 
@@ -351,8 +351,8 @@ async def _apply_throttles(client: Any, decision: WorkerDecision, pool_gpus: Poo
             continue
         node, local = pool_gpus.where[throttle.gpu_index]
         await client.update_flow_run_labels(view.flow_run_id, {
-            PREEMPT_LABEL: "requested", PREEMPTED_BY_LABEL: throttle.for_job_id,
-            "yoloq.preempt_reason": throttle.reason[:200], "yoloq.preempt_asked_at": f"{now:.3f}",
+            PREEMPT_LABEL: PREEMPT_REQUESTED, PREEMPTED_BY_LABEL: throttle.for_job_id,
+            PREEMPT_REASON_LABEL: throttle.reason[:200], PREEMPT_ASKED_AT_LABEL: f"{now:.3f}",
             THROTTLE_LABEL: str(throttle.new_batch), THROTTLE_GPU_LABEL: f"{node}:{local}"})
         emit_preemption(view, throttle.for_job_id, throttle.reason)
 
@@ -370,17 +370,17 @@ def _rejoin_shared_gpu(pending: list[Any], decision: WorkerDecision, pool_gpus: 
     admitted = {a.flow_run_id for a in decision.admit}
     rejoined = []
     for run in pending:
-        plan = (run.parameters or {}).get("plan") or {}
-        node, _, local = str(plan.get("throttle_gpu") or "").rpartition(":")
+        plan = plan_of(run)
+        node, _, local = plan.throttle_gpu.rpartition(":")
         i = pool_gpus.index_of.get((node, int(local))) if local.isdigit() else None
         if i is None or run.id in admitted:
             continue
         view, there = views[run.id], held.get(i, [])
         free = pool_gpus.gpus[i].mem_total_gb - sum(v.est_mem_gb for v in there)
-        if not there or {v.job_id for v in there} != {plan.get("throttle_for")} or free < view.est_mem_gb:
+        if not there or {v.job_id for v in there} != {plan.throttle_for} or free < view.est_mem_gb:
             continue
-        reason = (f"shares GPU {local} with job {plan.get('throttle_for')} (soft preemption, "
-                  f"batch {plan.get('throttle_batch')})")
-        rejoined.append(Admit(run.id, (i,), reason, int(plan.get("throttle_batch") or 0) or None))
+        reason = (f"shares GPU {local} with job {plan.throttle_for} (soft preemption, "
+                  f"batch {plan.throttle_batch})")
+        rejoined.append(Admit(run.id, (i,), reason, plan.throttle_batch or None))
         held[i] = [*there, view]
     return tuple(rejoined)

@@ -1,8 +1,8 @@
 """What the worker knows about segments, read from Prefect flow runs.
 
-A segment's parameters carry its `plan` (team, tier, class, memory and epoch
-estimates), set by the parent flow; its labels carry live progress
-(`yoloq.epoch`, `yoloq.checkpoint_at`) and preemption requests.
+A segment's parameters carry its `plan` (`yoloq.domain.contract.SegmentPlan`: team, tier,
+class, memory and epoch estimates), set by the parent flow; its labels carry live progress
+(`contract.EPOCH_LABEL`, `contract.CHECKPOINT_AT_LABEL`) and preemption requests.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from yoloq.domain.contract import (CHECKPOINT_AT_LABEL, EPOCH_LABEL, PREEMPTED_BY_LABEL,  # noqa: F401
+                                   TIER_LABEL, SegmentPlan, plan_of)
 from yoloq.domain.tiers import Tier
-
-TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job was submitted at
-PREEMPTED_BY_LABEL = "yoloq.preempted_by"  # on a victim: the job it was asked to stop for
 
 
 @dataclass(frozen=True)
@@ -40,39 +39,39 @@ class SegmentView:
 
     @property
     def checkpoint_at(self) -> float | None:
-        value = self.labels.get("yoloq.checkpoint_at")
+        value = self.labels.get(CHECKPOINT_AT_LABEL)
         return float(value) if value else None
 
     @property
     def progress_epoch(self) -> int:
-        return int(self.labels.get("yoloq.epoch", self.epochs_done))
+        return int(self.labels.get(EPOCH_LABEL, self.epochs_done))
 
 
 def segment_view(flow_run: Any) -> SegmentView:
     """Build a view from a Prefect FlowRun of the `train-segment` deployment."""
     params: dict[str, Any] = flow_run.parameters or {}
-    plan: dict[str, Any] = params.get("plan") or {}
+    plan = plan_of(flow_run)
     spec: dict[str, Any] = params.get("spec") or {}
     queued = flow_run.expected_start_time or flow_run.created
     return SegmentView(
         flow_run_id=flow_run.id,
         name=flow_run.name,
         job_id=segment_job_id(flow_run),
-        team=str(plan.get("team") or spec.get("team") or "default"),
-        tier=Tier.parse((flow_run.labels or {}).get(TIER_LABEL) or plan.get("tier")
+        team=str(plan.team or spec.get("team") or "default"),
+        tier=Tier.parse((flow_run.labels or {}).get(TIER_LABEL) or plan.tier
                         or spec.get("priority") or "normal"),
-        job_class=str(plan.get("job_class", "full")),
-        est_mem_gb=float(plan.get("est_mem_gb") or 0.0),
-        est_epoch_s=float(plan.get("est_epoch_s") or 0.0),
-        epochs=int(plan.get("epochs") or spec.get("epochs") or 1),
-        epochs_done=int(plan.get("epochs_done") or 0),
+        job_class=plan.job_class,
+        est_mem_gb=plan.est_mem_gb,
+        est_epoch_s=plan.est_epoch_s,
+        epochs=int(plan.epochs or spec.get("epochs") or 1),
+        epochs_done=plan.epochs_done,
         stop_after_epoch=int(params.get("stop_after_epoch") or 0),
         queued_at=_ts(queued),
         labels={k: str(v) for k, v in (flow_run.labels or {}).items()},
-        submitted_at=float(plan["submitted_at"]) if plan.get("submitted_at") else None,
-        batch=int(plan.get("batch") or spec.get("batch") or 16),
-        fixed_mem_gb=float(plan.get("fixed_mem_gb") or 0.0),
-        mem_per_image_gb=float(plan.get("mem_per_image_gb") or 0.0),
+        submitted_at=plan.submitted_at or None,
+        batch=int(plan.batch or spec.get("batch") or 16),
+        fixed_mem_gb=plan.fixed_mem_gb,
+        mem_per_image_gb=plan.mem_per_image_gb,
     )
 
 
@@ -82,17 +81,17 @@ def segment_job_id(flow_run: Any) -> str:
 
 
 def segment_plan(job: Any, analysis: dict[str, Any], epochs_done: int,
-                 submitted_at: float | None) -> dict[str, Any]:
+                 submitted_at: float | None) -> SegmentPlan:
     """What the scheduler needs to place a segment of `job` (a JobSpec) without reading anything
     else. The parent writes it on each segment; submit's announcement and the API's provisional
     ETA build the first one ahead of the parent."""
-    return {
+    return SegmentPlan.from_dict({
         "team": job.team, "tier": job.priority, "job_class": analysis.get("job_class", "full"),
         "est_mem_gb": analysis.get("est_gpu_mem_gb", 0.0),
         "est_epoch_s": analysis.get("est_epoch_s", 0.0),
         "epochs": job.epochs, "epochs_done": epochs_done, "submitted_at": submitted_at,
         **memory_plan(analysis),
-    }
+    })
 
 
 def memory_plan(analysis: dict[str, Any]) -> dict[str, Any]:

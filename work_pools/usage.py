@@ -23,13 +23,10 @@ from work_pools.ledger import JobUsage, LedgerState
 from work_pools.policy.fairshare import UsageLedger, period_start
 from work_pools.policy.model import Policy
 from work_pools.segments import segment_job_id
+from yoloq.domain.contract import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL,  # noqa: F401
+                                   SPEED_LABEL, plan_of)
 from yoloq.domain.gpus import TU_SECONDS
 
-NODE_LABEL = "yoloq.node"
-GPUS_LABEL = "yoloq.gpus"
-SPEED_LABEL = "yoloq.gpu_speed"
-GPU_NAME_LABEL = "yoloq.gpu_name"
-BATCH_LABEL = "yoloq.batch"
 RETAIN_S = 8 * 86400.0  # longer than the longest quota period (a week)
 _PAGE = 200
 _OVERLAP_S = 120.0  # re-read runs that ended shortly before the last refresh (clock skew)
@@ -67,13 +64,12 @@ def interval_from_run(run: Any) -> SegmentInterval | None:
     if run.start_time is None or not labels.get(GPUS_LABEL):
         return None
     params = run.parameters or {}
-    plan = params.get("plan") or {}
     spec = params.get("spec") or {}
     gpus = [g for g in str(labels[GPUS_LABEL]).split(",") if g.strip()]
     end = run.end_time.timestamp() if run.end_time is not None else None
     return SegmentInterval(
         run_id=str(run.id), job_id=segment_job_id(run),
-        team=str(plan.get("team") or spec.get("team") or "default"),
+        team=str(plan_of(run).team or spec.get("team") or "default"),
         node=str(labels.get(NODE_LABEL, "")), start=run.start_time.timestamp(), end=end,
         gpus=len(gpus), speed=float(labels.get(SPEED_LABEL) or 1.0),
         batch=int(labels[BATCH_LABEL]) if labels.get(BATCH_LABEL) else None)

@@ -39,7 +39,9 @@ from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import BATCH_LABEL
 from work_pools.warm_start import SegmentStarter
-from yoloq.base.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
+from yoloq.base.settings import REDUCED_BATCH_ENV
+from yoloq.domain.contract import (ADMIT_REASON_LABEL, PREEMPT_ASKED_AT_LABEL, PREEMPT_LABEL,
+                                   PREEMPT_REASON_LABEL, PREEMPT_REQUESTED)
 
 
 POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
@@ -267,7 +269,7 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
                 self._batches[run.id] = int(batch)
             self._views[run.id] = segment_view(run)
             self.get_flow_run_logger(run).info("starting on node %s GPU %s: %s", self.node_name,
-                                               where[1], (run.labels or {}).get("yoloq.admit_reason", ""))
+                                               where[1], (run.labels or {}).get(ADMIT_REASON_LABEL, ""))
             self._runs_task_group.start_soon(self._start_segment, run)
             started.append(run)
         return started
@@ -336,10 +338,10 @@ class YoloGpuWorker(BaseWorker[YoloGpuJobConfiguration, YoloGpuVariables, YoloGp
         for run in runs:
             self._views[run.id] = segment_view(run)
             labels = run.labels or {}
-            if labels.get(PREEMPT_LABEL) == "requested" and run.id not in self._asked:
-                self._asked[run.id] = float(labels.get("yoloq.preempt_asked_at") or time.time())
+            if labels.get(PREEMPT_LABEL) == PREEMPT_REQUESTED and run.id not in self._asked:
+                self._asked[run.id] = float(labels.get(PREEMPT_ASKED_AT_LABEL) or time.time())
                 self._logger.info("preemption requested for %s: %s", run.name,
-                                  labels.get("yoloq.preempt_reason", ""))
+                                  labels.get(PREEMPT_REASON_LABEL, ""))
             if run.state and run.state.is_cancelling():
                 self._cancelling.setdefault(run.id, time.time())
             if run.state and run.state.is_crashed() and run.id in self._pids:

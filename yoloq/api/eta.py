@@ -64,7 +64,7 @@ def _first_segment(spec: Any, analysis: dict[str, Any], job_id: str, now: float)
     at = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
     plan = segment_plan(spec, analysis, 0, now)
     run = SimpleNamespace(id=uuid.uuid4(), name=f"{job_id}-provisional", labels={},
-                          parameters={"plan": plan, "spec": spec.model_dump(), "job_id": job_id},
+                          parameters={"plan": plan.to_dict(), "spec": spec.model_dump(), "job_id": job_id},
                           expected_start_time=at, created=at)
     return segment_view(run)
 

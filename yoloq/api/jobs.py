@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from yoloq.api.auth import Authed, require_team
 from yoloq.api.errors import refuse, refuse_error
 from yoloq.base.errors import UserError
+from yoloq.domain.contract import EPOCH_LABEL, GPUS_LABEL, NODE_LABEL, PREEMPTED_BY_LABEL, start_epoch
 from yoloq.records.teams import Caller
 from yoloq.domain.tiers import TIER_NAMES
 
@@ -203,12 +204,12 @@ def _segment(run) -> dict[str, Any]:
     params = run.parameters or {}
     labels = run.labels or {}
     return {"name": run.name, "id": str(run.id), "state": run.state.name if run.state else None,
-            "from_epoch": (params.get("plan") or {}).get("epochs_done", 0),
-            "to_epoch": params.get("stop_after_epoch"), "epoch": labels.get("yoloq.epoch"),
-            "node": labels.get("yoloq.node"), "gpus": labels.get("yoloq.gpus"),
+            "from_epoch": start_epoch(run),
+            "to_epoch": params.get("stop_after_epoch"), "epoch": labels.get(EPOCH_LABEL),
+            "node": labels.get(NODE_LABEL), "gpus": labels.get(GPUS_LABEL),
             "start": run.start_time.isoformat() if run.start_time else None,
             "end": run.end_time.isoformat() if run.end_time else None,
-            "preempted_by": labels.get("yoloq.preempted_by")}
+            "preempted_by": labels.get(PREEMPTED_BY_LABEL)}
 
 
 def mlflow_link(job_id: str) -> dict[str, Any]:

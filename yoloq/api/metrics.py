@@ -121,6 +121,7 @@ def _queue(scrape: Scrape) -> Iterator[Metric]:
 def _segments(scrape: Scrape) -> Iterator[Metric]:
     """Wait times (queued -> started), durations and preemptions of recent segments, per tier."""
     from work_pools.segments import segment_view
+    from yoloq.domain.contract import was_preempted
 
     waits: dict[str, list[float]] = {t.label: [] for t in Tier}
     lengths: dict[str, list[float]] = {t.label: [] for t in Tier}
@@ -133,7 +134,7 @@ def _segments(scrape: Scrape) -> Iterator[Metric]:
         waits[tier].append(max(0.0, (run.start_time - queued).total_seconds()))
         if run.end_time is not None:
             lengths[tier].append(max(0.0, (run.end_time - run.start_time).total_seconds()))
-        if run.state is not None and run.state.name == "Preempted":
+        if was_preempted(run):  # a victim killed after its grace counts too
             preempted[tier] += 1
     yield _histogram("yoloq_segment_wait_seconds", "Queued to started, segments started in the "
                      "last 24 h", waits, WAIT_BUCKETS)

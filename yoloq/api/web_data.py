@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from yoloq.domain.contract import (EPOCH_LABEL, GPUS_LABEL, NODE_LABEL, preempt_reason, preempted_by,
+                                   start_epoch, was_preempted)
 from yoloq.domain.tiers import Tier
 
 
@@ -63,17 +65,17 @@ def segment_bar(seg: Any, now: float) -> Bar | None:
         return None
     labels = seg.labels or {}
     params = seg.parameters or {}
-    first = (params.get("plan") or {}).get("epochs_done", 0)
-    last = labels.get("yoloq.epoch", params.get("stop_after_epoch"))
+    first = start_epoch(seg)
+    last = labels.get(EPOCH_LABEL, params.get("stop_after_epoch"))
     state = seg.state.name if seg.state else "?"
     final = bool(seg.state and seg.state.is_final())
     end = (seg.end_time or seg.state.timestamp).timestamp() if final else now
-    preempted = state == "Preempted" or (state == "Crashed" and labels.get("yoloq.preempt") == "requested")
-    return Bar(name=seg.name, lane=f"{labels.get('yoloq.node', '?')} GPU {labels.get('yoloq.gpus', '?')}",
+    preempted = was_preempted(seg)
+    return Bar(name=seg.name, lane=f"{labels.get(NODE_LABEL, '?')} GPU {labels.get(GPUS_LABEL, '?')}",
                start=seg.start_time.timestamp(), end=max(end, seg.start_time.timestamp() + 1),
                state=state, epochs=f"epochs {first}\u2192{last}", open=not final,
-               preempted_by=str(labels.get("yoloq.preempted_by", "?")) if preempted else "",
-               preempt_reason=str(labels.get("yoloq.preempt_reason", "")) if preempted else "")
+               preempted_by=preempted_by(seg) if preempted else "",
+               preempt_reason=preempt_reason(seg) if preempted else "")
 
 
 METRICS = ("metrics/mAP50-95B", "metrics/mAP50B", "train/box_loss")

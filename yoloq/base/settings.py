@@ -22,8 +22,6 @@ GPU_POOL = "yolo-gpu"
 JOBS_POOL = "yoloq-jobs"
 JOB_DEPLOYMENT = "yolo-job/yolo-job"
 SEGMENT_DEPLOYMENT = "train-segment/train-segment"
-PREEMPT_LABEL = "yoloq.preempt"
-FINALISED_LABEL = "yoloq.finalised"  # on the segment run that ended the job's MLflow run
 REDUCED_BATCH_ENV = "YOLOQ_REDUCED_BATCH"  # set by the worker on a reduced-batch admission
 NODE_ENV = "YOLOQ_NODE_NAME"  # this node's name in the epoch ledger (default: the hostname)
 

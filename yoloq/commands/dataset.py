@@ -78,11 +78,12 @@ def announce_update(data: str, as_json: bool = False) -> int:
     with stack_client():
         from prefect.events import emit_event
 
+        from yoloq.domain.contract import DATASET_UPDATED_EVENT, RESOURCE_DATASET_PATH, dataset_resource_id
         from yoloq.records.events import actor
 
-        emit_event(event="dataset.updated", resource={
-            "prefect.resource.id": f"yoloq.dataset.{path.parent.name}",
-            "prefect.resource.name": path.parent.name, "yoloq.dataset.path": str(path)},
+        emit_event(event=DATASET_UPDATED_EVENT, resource={
+            "prefect.resource.id": dataset_resource_id(path.parent.name),
+            "prefect.resource.name": path.parent.name, RESOURCE_DATASET_PATH: str(path)},
             payload={"actor": actor()})
     if as_json:
         print_json({"event": "dataset.updated", "data": str(path)})

@@ -22,6 +22,7 @@ from typing import Any
 from yoloq.commands._client import stack_client
 from yoloq.commands._submit_batch import Job, batch_error, print_job, stop_if_bad
 from yoloq.base.errors import UserError
+from yoloq.domain.contract import SegmentPlan, run_tags
 
 
 class _Intermixed:
@@ -134,7 +135,7 @@ def submit_batch(jobs: list[Job], gpu: str | None, keep_going: bool, echo=lambda
     return notes
 
 
-def first_plan(job: Job) -> dict[str, Any] | None:
+def first_plan(job: Job) -> SegmentPlan | None:
     """The plan the job's first segment will carry (what the parent writes), from the analysis."""
     if job.analysis is None:
         return None
@@ -226,7 +227,7 @@ def job_deployment_id(client):
 
 
 def job_tags(job_id: str, spec, extra: tuple[str, ...] = ()) -> list[str]:
-    return [f"job:{job_id}", f"team:{spec.team}", f"tier:{spec.priority}", "yoloq", *extra]
+    return run_tags(job_id, spec.team, spec.priority, *extra)
 
 
 def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tuple[str, ...] = (),

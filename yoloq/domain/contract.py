@@ -86,7 +86,10 @@ EVENT_PREFIX = "yoloq."  # every yoloq event name starts with it
 JOB_EVENT_PREFIX = "yoloq.job."  # submitted, cancelled, preempted, resumed, tier_changed, ...
 TEAM_EVENT_PREFIX = "yoloq.team."  # quota_exceeded, quota_changed, ...
 QUOTA_EVENT = "yoloq.team.quota_exceeded"
-DATASET_EVENT_PREFIX = "yoloq.dataset."  # registered, ...
+DATASET_UPDATED_EVENT = "dataset.updated"  # `yoloq dataset updated`; prefect.yaml's retrain trigger
+DATASET_RESOURCE_PREFIX = "yoloq.dataset."  # a dataset's event resource: yoloq.dataset.<folder name>
+NODE_RESOURCE_PREFIX = "yoloq.node."  # a node's event resource: yoloq.node.<name>
+SLOT_FREED_EVENT = "yoloq.slot.freed"  # a segment's process on a node has exited
 RESOURCE_TEAM = "yoloq.team"  # the event resource's key naming the team
 RESOURCE_DATASET_PATH = "yoloq.dataset.path"  # the event resource's key naming a dataset's file
 
@@ -99,10 +102,6 @@ def team_event(kind: str) -> str:
     return f"{TEAM_EVENT_PREFIX}{kind}"
 
 
-def dataset_event(kind: str) -> str:
-    return f"{DATASET_EVENT_PREFIX}{kind}"
-
-
 def job_resource_id(job_id: str) -> str:
     return f"{JOB_EVENT_PREFIX}{job_id}"
 
@@ -113,7 +112,12 @@ def team_resource_id(team: str) -> str:
 
 
 def dataset_resource_id(name: str) -> str:
-    return f"{DATASET_EVENT_PREFIX}{name}"
+    """A dataset's event resource id; `dataset_resource_id("*")` matches every dataset."""
+    return f"{DATASET_RESOURCE_PREFIX}{name}"
+
+
+def node_resource_id(node: str) -> str:
+    return f"{NODE_RESOURCE_PREFIX}{node}"
 
 
 # ----------------------------------------------------------------- tags of the job's MLflow run

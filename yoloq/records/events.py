@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from yoloq.domain.contract import RESOURCE_TEAM, job_event, job_resource_id
+
 _ACTING_AS: ContextVar[str | None] = ContextVar("yoloq_actor", default=None)
 
 
@@ -38,16 +40,16 @@ def acting_as(name: str) -> Iterator[None]:
 
 
 def job_resource(job_id: str, team: str | None = None) -> dict[str, str]:
-    resource = {"prefect.resource.id": f"yoloq.job.{job_id}", "prefect.resource.name": job_id}
+    resource = {"prefect.resource.id": job_resource_id(job_id), "prefect.resource.name": job_id}
     if team:
-        resource["yoloq.team"] = team
+        resource[RESOURCE_TEAM] = team
     return resource
 
 
 def emit_job_event(kind: str, job_id: str, team: str | None = None, **payload: Any) -> None:
     from prefect.events import emit_event
 
-    emit_event(event=f"yoloq.job.{kind}", resource=job_resource(job_id, team),
+    emit_event(event=job_event(kind), resource=job_resource(job_id, team),
                payload={"actor": payload.pop("actor", None) or actor(), "job": job_id, **payload})
 
 

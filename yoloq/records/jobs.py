@@ -7,6 +7,7 @@ from typing import Any
 
 from blocks.checkpoint_base import EpochRecord
 from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+from yoloq.domain.contract import job_tag, preemption_count, progress_epoch
 
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
            "live_segments", "parent_run", "segments_of", "trainings_per_epoch"]
@@ -27,7 +28,8 @@ class JobRecord:
 
     @property
     def preemptions(self) -> int:
-        return sum(1 for s in self.segments if s.state and s.state.name == "Preempted")
+        """Segments preempted (`contract.was_preempted`: a victim killed in its grace counts)."""
+        return preemption_count(self.segments)
 
     def to_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "team": self.team, "tier": self.tier, "state": self.state,
@@ -68,7 +70,7 @@ def _job_segments(client, job_id: str, sort: Any, limit: int) -> list[Any]:
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
     runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
-        all_=[f"job:{job_id}"])), sort=sort, limit=min(limit + 1, MAX_RUNS_PER_READ))
+        all_=[job_tag(job_id)])), sort=sort, limit=min(limit + 1, MAX_RUNS_PER_READ))
     return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None][:limit]
 
 
@@ -78,22 +80,13 @@ def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRe
         spec = (run.parameters or {}).get("spec") or {}
         rid = run.name
         segments = segments_of(client, rid)
-        done = max([_epoch(s) for s in segments] or [0])
+        done = max([progress_epoch(s) for s in segments] or [0])
         records.append(JobRecord(job_id=rid, team=spec.get("team", "?"),
                                  tier=spec.get("priority", "normal"),
                                  state=run.state.name if run.state else "?",
                                  epochs=int(spec.get("epochs", 0)), epochs_done=done,
                                  segments=segments, flow_run=run))
     return records
-
-
-def _epoch(segment: Any) -> int:
-    labels = segment.labels or {}
-    if "yoloq.epoch" in labels:
-        return int(labels["yoloq.epoch"])
-    if segment.state and segment.state.is_completed():
-        return int((segment.parameters or {}).get("stop_after_epoch", 0))
-    return int(((segment.parameters or {}).get("plan") or {}).get("epochs_done", 0))
 
 
 def active_segments(client) -> list[Any]:
@@ -146,7 +139,7 @@ def live_segments(client, job_id: str, running_only: bool = False) -> list[Any]:
         StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.CANCELLING,
         StateType.PAUSED]
     runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-        tags=FlowRunFilterTags(all_=[f"job:{job_id}"]),
+        tags=FlowRunFilterTags(all_=[job_tag(job_id)]),
         state=FlowRunFilterState(type=FlowRunFilterStateType(any_=kinds))),
         sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=50)
     return [r for r in runs if (r.parameters or {}).get("stop_after_epoch") is not None]

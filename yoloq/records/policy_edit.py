@@ -96,7 +96,9 @@ def emit_team_event(kind: str, team: str, reason: str, **payload: Any) -> None:
 
     from yoloq.records.events import actor
 
-    emit_event(event=f"yoloq.team.{kind}",
-               resource={"prefect.resource.id": f"yoloq.team.{team}", "prefect.resource.name": team,
-                         "yoloq.team": team},
+    from yoloq.domain.contract import RESOURCE_TEAM, team_event, team_resource_id
+
+    emit_event(event=team_event(kind),
+               resource={"prefect.resource.id": team_resource_id(team), "prefect.resource.name": team,
+                         RESOURCE_TEAM: team},
                payload={"actor": actor(), "team": team, "reason": reason, **payload})

@@ -30,8 +30,8 @@ from uuid import UUID
 
 from work_pools.policy.fairshare import period_start
 from work_pools.policy.model import QuotaBreach
+from yoloq.domain.contract import QUOTA_EVENT, team_resource_id
 
-QUOTA_EVENT = "yoloq.team.quota_exceeded"
 ALERTS_BLOCK = "yoloq-alerts"
 AUTOMATION_NAME = "yoloq: team over quota"
 SUBJECT = "yoloq: team {{ event.payload.team }} is over its quota"
@@ -59,7 +59,7 @@ def unnotified(breaches: Iterable[QuotaBreach], notified: Iterable[str],
 
 
 def team_resource(team: str) -> dict[str, str]:
-    return {"prefect.resource.id": f"yoloq.team.{team}", "prefect.resource.name": team}
+    return {"prefect.resource.id": team_resource_id(team), "prefect.resource.name": team}
 
 
 def emit_quota_breach(breach: QuotaBreach, now: float) -> bool:
@@ -230,7 +230,7 @@ def quota_automation(block_id: UUID) -> Any:
     from prefect.events.actions import SendNotification
     from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
 
-    trigger = EventTrigger(expect={QUOTA_EVENT}, match={"prefect.resource.id": "yoloq.team.*"},
+    trigger = EventTrigger(expect={QUOTA_EVENT}, match={"prefect.resource.id": team_resource_id("*")},
                            for_each={"prefect.resource.id"}, posture=Posture.Reactive,
                            threshold=1, within=timedelta(0))
     return AutomationCore(

@@ -46,12 +46,9 @@ from mlflow.utils.validation import (  # noqa: E402
 )
 
 from yoloq.base.paths import state_paths  # noqa: E402
+from yoloq.domain.contract import (TAG_JOB_ID, TAG_PREEMPTIONS, TAG_SEGMENTS, TAG_TEAM,  # noqa: E402, F401
+                                   TAG_TIER)
 
-TAG_JOB_ID = "yoloq.job_id"
-TAG_TEAM = "yoloq.team"
-TAG_TIER = "yoloq.tier"
-TAG_SEGMENTS = "yoloq.segments"
-TAG_PREEMPTIONS = "yoloq.preemptions"
 _COUNTER_TAGS = (TAG_SEGMENTS, TAG_PREEMPTIONS)
 # MLflow's portable name rule (its Windows rule; other systems also allow ':').
 _NOT_ALLOWED_IN_NAME = re.compile(r"[^/\w.\- ]")

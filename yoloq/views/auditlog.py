@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from yoloq.domain.contract import EVENT_PREFIX, RESOURCE_TEAM, job_resource_id
+
 
 def read_audit(client: Any, since: datetime | None = None, job_id: str | None = None,
                team: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
@@ -12,9 +14,9 @@ def read_audit(client: Any, since: datetime | None = None, job_id: str | None = 
                                         EventResourceFilter)
 
     since = since or datetime.now(timezone.utc) - timedelta(days=7)
-    resource = EventResourceFilter(id=[f"yoloq.job.{job_id}"]) if job_id else None
+    resource = EventResourceFilter(id=[job_resource_id(job_id)]) if job_id else None
     flt = EventFilter(occurred=EventOccurredFilter(since=since),
-                      event=EventNameFilter(prefix=["yoloq."]), resource=resource)
+                      event=EventNameFilter(prefix=[EVENT_PREFIX]), resource=resource)
     page = client.read_events(filter=flt, limit=min(limit, 50))
     events = list(page.events)
     while page.next_page and len(events) < limit:
@@ -31,6 +33,6 @@ def _row(event: Any) -> dict[str, Any]:
     resource = dict(event.resource)
     return {"occurred": event.occurred.isoformat(), "event": event.event,
             "job": payload.pop("job", resource.get("prefect.resource.name")),
-            "team": resource.get("yoloq.team", payload.get("team")),
+            "team": resource.get(RESOURCE_TEAM, payload.get("team")),
             "actor": payload.pop("actor", ""), "reason": payload.pop("reason", ""),
             "details": payload}

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from yoloq.domain.contract import job_tag
+
 PAGE = 200  # the Prefect API's page size for logs
 LOOKBACK = timedelta(seconds=15)  # logs reach the server in batches: a late line is still seen
 DRAIN_S = 10.0  # --follow reads on this long after the job ended: a segment's last lines come later
@@ -21,7 +23,7 @@ def job_runs(client: Any, job_id: str) -> list[Any]:
     from prefect.client.schemas.sorting import FlowRunSort
 
     return client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(
-        all_=[f"job:{job_id}"])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=PAGE)
+        all_=[job_tag(job_id)])), sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=PAGE)
 
 
 def job_log(client: Any, job_id: str, after: datetime | None = None) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from yoloq.domain.contract import preempt_reason, preemption_requested
 from yoloq.domain.tiers import Tier
 
 
@@ -29,8 +30,8 @@ def queue_rows(client: Any) -> list[dict[str, Any]]:
 def _row(view, run, state: str, position: int, board: dict[str, dict]) -> dict[str, Any]:
     entry = board.get(run.name, {})
     reason = "running" if state == "running" else entry.get("reason", "waiting for the worker")
-    if state == "running" and view.labels.get("yoloq.preempt") == "requested":
-        reason = f"stopping at next epoch: {view.labels.get('yoloq.preempt_reason', '')}"
+    if state == "running" and preemption_requested(view):
+        reason = f"stopping at next epoch: {preempt_reason(view)}"
     return {"position": position, "job": view.job_id, "segment": run.name, "team": view.team,
             "tier": Tier(view.tier).label, "state": state, "epoch":
             f"{view.progress_epoch}/{view.epochs}", "eta": entry.get("eta", ""),

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from yoloq.domain.contract import (BATCH_LABEL, EPOCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL,
+                                   PREEMPTED, final_state, preempt_reason, preempted_by, start_epoch)
+
 
 def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
     from yoloq.records.jobs import list_jobs
@@ -18,12 +21,12 @@ def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
                                       f"team {job.team}, tier {job.tier}, {job.epochs} epochs")]
     for i, seg in enumerate(job.segments):
         params = seg.parameters or {}
-        start_epoch = (params.get("plan") or {}).get("epochs_done", 0)
+        first = start_epoch(seg)
         target = params.get("stop_after_epoch")
-        rows.append(_at(seg.created, "queued", f"{seg.name}: epochs {start_epoch}->{target}"))
+        rows.append(_at(seg.created, "queued", f"{seg.name}: epochs {first}->{target}"))
         if seg.start_time:
             verb = "resumed" if i > 0 else "started"
-            rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {start_epoch}"
+            rows.append(_at(seg.start_time, verb, f"{seg.name} from epoch {first}"
                                                   f"{_placement(seg.labels or {})}"))
         rows.extend(_ending(seg))
     rows.extend(ledger_rows(job_id, {str(seg.id): seg.name for seg in job.segments}))
@@ -35,28 +38,26 @@ def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
 
 def _placement(labels: dict[str, Any]) -> str:
     """" on node a GPU 0 (A100), batch 282 (reduced to fit)": where the scheduler put it."""
-    if not labels.get("yoloq.node"):
+    if not labels.get(NODE_LABEL):
         return ""
-    text = f" on node {labels['yoloq.node']} GPU {labels.get('yoloq.gpus', '?')}"
-    if labels.get("yoloq.gpu_name"):
-        text += f" ({labels['yoloq.gpu_name']})"
-    if labels.get("yoloq.batch"):
-        text += f", batch {labels['yoloq.batch']} (reduced to fit)"
+    text = f" on node {labels[NODE_LABEL]} GPU {labels.get(GPUS_LABEL, '?')}"
+    if labels.get(GPU_NAME_LABEL):
+        text += f" ({labels[GPU_NAME_LABEL]})"
+    if labels.get(BATCH_LABEL):
+        text += f", batch {labels[BATCH_LABEL]} (reduced to fit)"
     return text
 
 
 def _ending(seg: Any) -> list[dict[str, Any]]:
-    state = seg.state
-    if not state or not state.is_final():
+    outcome = final_state(seg)
+    if outcome is None:
         return []
-    labels = seg.labels or {}
+    state = seg.state
     when = seg.end_time or state.timestamp
-    killed_victim = state.is_crashed() and labels.get("yoloq.preempt") == "requested"
-    if state.name == "Preempted" or killed_victim:
-        by = labels.get("yoloq.preempted_by", "?")
-        return [_at(when, "preempted", f"by {by} at epoch {labels.get('yoloq.epoch', '?')}: "
-                                       f"{labels.get('yoloq.preempt_reason', '')}")]
-    return [_at(when, state.name.lower(), f"{seg.name}: {state.message or ''}".strip())]
+    if outcome == PREEMPTED:  # a victim killed after its grace too (`contract.was_preempted`)
+        epoch = (seg.labels or {}).get(EPOCH_LABEL, "?")
+        return [_at(when, "preempted", f"by {preempted_by(seg)} at epoch {epoch}: {preempt_reason(seg)}")]
+    return [_at(when, outcome.lower(), f"{seg.name}: {state.message or ''}".strip())]
 
 
 def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
