@@ -45,7 +45,7 @@ from yoloq.base import settings  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.contract import (PREEMPTED, TAG_JOB_CLASS, TAG_PREEMPTIONS,  # noqa: E402
                                    TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,
-                                   TAG_TIER, SegmentPlan, as_plan)
+                                   TAG_TIER, PlanError, SegmentPlan, as_plan)
 from yoloq.domain.spec import JobSpec  # noqa: E402
 
 FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # work_pools.launcher sets it in a warm segment
@@ -175,7 +175,11 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
     logger = get_run_logger()
     job = JobSpec.model_validate(spec)
     try:
-        return _segment(job, job_id, stop_after_epoch, as_plan(plan), logger, timer, mlflow_params)
+        parsed = as_plan(plan)
+    except PlanError as exc:  # e.g. a plan written by a newer yoloq: one line, nothing trained
+        return Failed(message=str(exc))
+    try:
+        return _segment(job, job_id, stop_after_epoch, parsed, logger, timer, mlflow_params)
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -205,7 +209,8 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan
         mark_finalised()  # its parent may not have seen it (a crash after the MLflow run ended)
         return {"job_id": job_id, "finished": True, "already_finalised": True}
     run_id = tracker.run_for_job(job_id, params=mlflow_params, tags={
-        TAG_TEAM: job.team, TAG_TIER: job.priority, **({TAG_JOB_CLASS: plan.job_class} if plan.job_class else {})})
+        TAG_TEAM: job.team, TAG_TIER: job.priority,
+        **({TAG_JOB_CLASS: plan.job_class} if plan.job_class else {})})
     tracker.increment_tag(run_id, TAG_SEGMENTS)
     timer.mark("MLflow run")
 
@@ -218,13 +223,14 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan,
+def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan | dict[str, Any],
            workdir: Path, store: Any, tracker: Any, run_id: str, run_key: str,
            logger: Any, timer: SetupTimer | None = None) -> Any:
     from yoloq.datasets import resolve_dataset
     from yoloq.engine import SegmentRequest, run_segment
 
     timer = timer or SetupTimer()
+    plan = as_plan(plan)
     # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched)
     job = job.model_copy(update={"data": str(resolve_dataset(job.data, logger))})
     timer.mark("dataset")

@@ -60,7 +60,8 @@ def test_preemption_count_counts_both_kinds_of_victim():
 
 
 def test_progress_epoch_reads_the_label_then_the_target_then_the_plan():
-    assert contract.progress_epoch(run("Running", "RUNNING", {contract.EPOCH_LABEL: "3"}, {"epochs_done": 2})) == 3
+    labelled = run("Running", "RUNNING", {contract.EPOCH_LABEL: "3"}, {"epochs_done": 2})
+    assert contract.progress_epoch(labelled) == 3
     assert contract.progress_epoch(run("Completed", "COMPLETED", plan={"epochs_done": 2}, target=4)) == 4
     assert contract.progress_epoch(run("Crashed", "CRASHED", plan={"epochs_done": 2})) == 2
     assert contract.start_epoch(run("Crashed", "CRASHED", plan={"epochs_done": 2})) == 2
@@ -128,7 +129,8 @@ def _logger_names(tree: ast.AST) -> set[int]:
     """ids of the string nodes passed to `logging.getLogger(...)` (logger names, not labels)."""
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getLogger":
+        called = getattr(node.func, "attr", getattr(node.func, "id", "")) if isinstance(node, ast.Call) else ""
+        if called == "getLogger":
             found.update(id(arg) for arg in node.args)
     return found
 
