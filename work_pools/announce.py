@@ -17,9 +17,9 @@ announced sweep jobs would only duplicate demand the runner's start gate is stil
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from collections.abc import Mapping
 from typing import Any
 
 from work_pools.segments import TIER_LABEL, SegmentView, segment_view

@@ -82,9 +82,9 @@ def run_tags(job_id: str, team: str, tier: str, *extra: str) -> list[str]:
 
 
 # ----------------------------------------------------------------- events (the audit log)
-EVENT_PREFIX = "yoloq."  # every yoloq event name starts with it
-JOB_EVENT_PREFIX = "yoloq.job."  # submitted, cancelled, preempted, resumed, tier_changed, ...
-TEAM_EVENT_PREFIX = "yoloq.team."  # quota_exceeded, quota_changed, ...
+EVENT_PREFIX = "yoloq."  # the audit log reads the events named under it
+JOB_EVENT_PREFIX = "yoloq.job."  # submitted, cancelled, preempted, tier_changed
+TEAM_EVENT_PREFIX = "yoloq.team."  # quota_exceeded, quota_changed, limits_changed, ...
 QUOTA_EVENT = "yoloq.team.quota_exceeded"
 DATASET_UPDATED_EVENT = "dataset.updated"  # `yoloq dataset updated`; prefect.yaml's retrain trigger
 DATASET_RESOURCE_PREFIX = "yoloq.dataset."  # a dataset's event resource: yoloq.dataset.<folder name>
