@@ -50,6 +50,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.wake_modes import parse_wakes, run_per_wake
+from yoloq.domain.contract import (CHECKPOINT_AT_LABEL, EPOCH_LABEL, PREEMPT_ASKED_AT_LABEL, PREEMPTED,
+                                   start_epoch)
 
 TRAIN_ARGS = {"seed": 0, "deterministic": True, "workers": 0, "plots": False}
 LOW_EPOCHS = 10000  # never reached: the low job is stopped with the stack
@@ -119,9 +121,9 @@ def training_segment(client: Any, job_id: str, after: float = 0.0) -> Any:
     for seg in segments_of(client, job_id):
         if not (seg.state and seg.state.is_running() and seg.start_time):
             continue
-        start_epoch = int(seg.parameters["plan"]["epochs_done"])
-        epoch = int((seg.labels or {}).get("yoloq.epoch", start_epoch))
-        if ts(seg.start_time) > after and epoch > start_epoch:
+        first = start_epoch(seg)
+        epoch = int((seg.labels or {}).get(EPOCH_LABEL, first))
+        if ts(seg.start_time) > after and epoch > first:
             return seg
     return None
 
@@ -150,9 +152,9 @@ def one_preemption(client: Any, urgent_spec: Path, low_job: str) -> Preemption:
 def measure(urgent_parent: Any, urgent_segment: Any, victim: Any, resumed: Any) -> Preemption:
     labels = victim.labels or {}
     submitted = ts(urgent_parent.created)
-    asked = float(labels["yoloq.preempt_asked_at"])
-    stopped_at = int(labels.get("yoloq.epoch", 0))
-    resumed_from = int(resumed.parameters["plan"]["epochs_done"])
+    asked = float(labels[PREEMPT_ASKED_AT_LABEL])
+    stopped_at = int(labels.get(EPOCH_LABEL, 0))
+    resumed_from = start_epoch(resumed)
     return Preemption(
         urgent_job=urgent_parent.name, victim=victim.name, victim_state=victim.state.name,
         submit_to_queued_s=ts(urgent_segment.created) - submitted,
@@ -168,14 +170,13 @@ def measure(urgent_parent: Any, urgent_segment: Any, victim: Any, resumed: Any) 
 def redone_gpu_s(victim: Any, stopped_at: int, resumed_from: int) -> float:
     """Training time that is lost and must be done again (one slot, so GPU-seconds)."""
     labels = victim.labels or {}
-    checkpoint_at = float(labels.get("yoloq.checkpoint_at") or ts(victim.start_time))
+    checkpoint_at = float(labels.get(CHECKPOINT_AT_LABEL) or ts(victim.start_time))
     lost = 0.0
-    if victim.state.name != "Preempted":  # killed mid-epoch: the partial epoch is lost
+    if victim.state.name != PREEMPTED:  # killed mid-epoch: the partial epoch is lost
         lost += max(0.0, ts(victim.end_time) - checkpoint_at)
     behind = stopped_at - resumed_from
     if behind > 0:  # resumed from an older checkpoint than the last one it reported
-        start_epoch = int(victim.parameters["plan"]["epochs_done"])
-        per_epoch = (checkpoint_at - ts(victim.start_time)) / max(1, stopped_at - start_epoch)
+        per_epoch = (checkpoint_at - ts(victim.start_time)) / max(1, stopped_at - start_epoch(victim))
         lost += behind * per_epoch
     return lost
 

@@ -17,7 +17,7 @@ from yoloq.domain import contract
 from yoloq.domain.contract import PlanError, SegmentPlan
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("yoloq", "flows", "blocks", "work_pools")
+PRODUCT = ("yoloq", "flows", "blocks", "work_pools", "bench")  # the shipped code and its benches
 CONTRACT_FILE = ROOT / "yoloq" / "domain" / "contract.py"
 # A whole string (or an f-string's literal part) that is a yoloq label, tag, MLflow tag, event
 # or resource name: `yoloq.<name>[.<name>...]` (a trailing dot: an f-string's prefix), or a
