@@ -111,6 +111,18 @@ def thaw(pid: int) -> None:
 
 
 
+@contextmanager
+def worker_with(**env: str) -> Iterator[None]:
+    """Restart the session's GPU worker with extra settings; restore the default one after."""
+    from yoloq.ops.stack import restart_worker
+
+    restart_worker({k: str(v) for k, v in env.items()})
+    try:
+        yield
+    finally:
+        restart_worker()
+
+
 def wait_for(predicate, what: str, timeout_s: float = 600, every_s: float = 0.5):
     """Poll `predicate` until it returns something truthy (returned), or fail naming `what`."""
     deadline = time.monotonic() + timeout_s

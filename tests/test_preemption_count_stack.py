@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec, yoloq
+from stack_helpers import freeze, thaw, wait_final, wait_for, worker_with, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
-
-
-@contextmanager
-def worker_with(**env: str):
-    """Restart the session's worker with extra settings; restore the default one after."""
-    from yoloq.ops.stack import restart_worker
-
-    restart_worker({k: str(v) for k, v in env.items()})
-    try:
-        yield
-    finally:
-        restart_worker()
 
 
 def submit(spec) -> str:
@@ -144,5 +130,4 @@ def test_one_preemption_count_on_every_surface(yoloq_stack, tiny_dataset, admin_
     for job in (killed, stopped):
         seen = counts(job, rest_url, admin_token)
         assert seen == dict.fromkeys(seen, 1), f"{job}: {seen}"
-    time.sleep(0.1)
     assert metric_preemptions(rest_url, "low") - before == 2  # both victims were low-tier

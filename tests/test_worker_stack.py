@@ -5,25 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 
 import pytest
 
-from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
+from stack_helpers import freeze, thaw, wait_final, worker_with, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
-
-
-@contextmanager
-def worker_with(**env: str):
-    """Restart the session's worker with extra settings; restore the default one after."""
-    from yoloq.ops.stack import restart_worker
-
-    restart_worker({k: str(v) for k, v in env.items()})
-    try:
-        yield
-    finally:
-        restart_worker()
 
 
 def submit(spec) -> str:

@@ -1,1 +1,2 @@
-"""What a job is, without Prefect or torch: the spec, sweeps, tiers, GPU types and segment lengths."""
+"""What a job is, without Prefect or torch: the spec, sweeps, tiers, GPU types, segment lengths,
+and the segment contract (the plan, the labels and tags on Prefect runs, what a run's outcome was)."""
