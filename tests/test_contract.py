@@ -92,7 +92,7 @@ def test_an_unknown_plan_version_is_refused_in_one_line(version):
 
 
 def test_a_bad_plan_field_is_named():
-    with pytest.raises(PlanError, match=r"^plan\.epochs_done: 'two' is not a int$"):
+    with pytest.raises(PlanError, match=r"^plan\.epochs_done: 'two' is not of type int$"):
         SegmentPlan.from_dict({"epochs_done": "two"})
     with pytest.raises(PlanError, match="expected a mapping"):
         SegmentPlan.from_dict(["epochs_done"])
