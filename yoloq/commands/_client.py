@@ -146,15 +146,26 @@ def watch(render: Callable[[], str], interval_s: float, count: int | None) -> in
     return 0
 
 
+def add_table_arguments(parser: Any, json_help: str = "one JSON object per line (JSON Lines)") -> None:
+    """`--json` and `--wide`, for every command that prints a table."""
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
+
+
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """One JSON value on one line (a script reads it with one `json.loads` per line)."""
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
 
 
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+def print_json_lines(rows: list[Any]) -> None:
+    """Several rows: one JSON object per line (JSON Lines); nothing at all for no rows."""
+    for row in rows:
+        print_json(row)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], wide: bool = False) -> str:
+    """A quick table of `columns` (keys), all of equal priority: see `yoloq.views.table` for one
+    with priorities and ids that are never cut."""
+    from yoloq.views.table import Column, render
+
+    return render(rows, [Column(key) for key in columns], wide=wide)
