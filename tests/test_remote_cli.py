@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_helpers import wait_final, wait_for, write_spec
+from stack_helpers import json_lines, wait_final, wait_for, write_spec
 
 from yoloq.base.errors import UserError
 
@@ -107,7 +107,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 30
     listing = run_cli(logged_in, "status")
     assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
-    assert isinstance(json.loads(ok(run_cli(logged_in, "queue", "--json"))), list)
+    assert isinstance(json_lines(ok(run_cli(logged_in, "queue", "--json"))), list)
 
     intruder = run_cli(dict(os.environ), "team", "add", f"{team[0]}-other").stdout.strip().splitlines()[-1]
     one_line_error(run_cli({**logged_in, "YOLOQ_TOKEN": intruder}, "cancel", job_id), "403", team[0])
@@ -122,7 +122,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     wanted = {("yoloq.job.submitted", team[0]), ("yoloq.job.cancelled", team[0])}
 
     def acted() -> bool:  # the server stores events in batches, seconds later
-        audit = json.loads(ok(run_cli(logged_in, "audit", "--job", job_id, "--json")))
+        audit = json_lines(ok(run_cli(logged_in, "audit", "--job", job_id, "--json")))
         return {(row["event"], row["actor"].split("/")[0]) for row in audit} >= wanted
 
     wait_for(acted, f"{job_id}'s submitted and cancelled events, with the team as actor", 60, every_s=1)
@@ -181,7 +181,7 @@ def test_local_commands_use_the_prefect_address_the_user_set(yoloq_stack, client
 
     client_env = {**client_env, "XDG_CONFIG_HOME": str(tmp_path / "no-login")}  # no yoloq server
     there = run_cli({**client_env, "PREFECT_API_URL": yoloq_stack.api_url}, "queue", "--json")
-    assert there.returncode == 0 and isinstance(json.loads(there.stdout), list), there.stderr
+    assert there.returncode == 0 and isinstance(json_lines(there.stdout), list), there.stderr
     dead = f"http://127.0.0.1:{free_port()}/api"
     one_line_error(run_cli({**client_env, "PREFECT_API_URL": dead}, "queue"), dead, "PREFECT_API_URL")
 
