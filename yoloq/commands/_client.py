@@ -46,8 +46,25 @@ def stack_client() -> Iterator[Any]:
     check_access(url)
     from prefect.client.orchestration import get_client
 
-    with _pointed_at(url), get_client(sync_client=True) as client:
-        yield client
+    try:
+        with _pointed_at(url), get_client(sync_client=True) as client:
+            yield client
+    finally:
+        flush_events()
+
+
+def flush_events() -> None:
+    """Wait until the audit events this command emitted have been sent. Left queued, Prefect's
+    exit-time drain sends them but first logs `Still processing items: 1 items remaining...` on
+    stderr (`prefect._internal.concurrency.services`: a drain that finds items still queued);
+    sent here, the queue is empty at exit and the command's stderr stays clean. A send that fails
+    is still logged by Prefect's events worker (nothing is swallowed)."""
+    worker = sys.modules.get("prefect.events.worker")
+    if worker is None:  # nothing emitted an event in this process
+        return
+    for service in list(getattr(worker.EventsWorker, "_instances", {}).values()):
+        if isinstance(service, worker.EventsWorker):
+            service.wait_until_empty()
 
 
 @contextmanager
