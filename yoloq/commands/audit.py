@@ -9,13 +9,13 @@ from datetime import datetime, timedelta, timezone
 
 from yoloq.commands._client import backend, print_json_lines
 from yoloq.base.errors import UserError
-from yoloq.views.table import Column, render, short_time
+from yoloq.views.table import Column, day_time, render
 
 COLUMNS = (
-    Column("occurred", "TIME (UTC)", priority=1, min_width=19, fmt=short_time),
-    Column("event", priority=0, min_width=9, fmt=lambda e: str(e or "").removeprefix("yoloq.")),
+    Column("occurred", "TIME (UTC)", priority=1, fmt=day_time),
+    Column("event", priority=0, min_width=13, fmt=lambda e: str(e or "").removeprefix("yoloq.")),
     Column("job", ident=True, priority=0),
-    Column("team", priority=3, min_width=6),
+    Column("team", priority=3),
     Column("actor", priority=4, min_width=8),
     Column("reason", priority=5, min_width=12, wrap=True),
 )

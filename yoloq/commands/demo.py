@@ -122,12 +122,12 @@ def watch(job_ids: list[str], timeout_s: float, to_stderr: bool = False) -> bool
 
 DEMO_COLUMNS = (
     Column("job", ident=True, priority=0),
-    Column("state", priority=1, min_width=9),
-    Column("epochs", priority=1, min_width=5),
-    Column("tier", priority=2, min_width=6),
-    Column("team", priority=3, min_width=8),
-    Column("preempted", priority=4, min_width=9, right=True),
-    Column("segments", priority=5, min_width=8, right=True),
+    Column("state", priority=1),
+    Column("epochs", priority=1),
+    Column("tier", priority=2),
+    Column("team", priority=3),
+    Column("preempted", priority=4, right=True),
+    Column("segments", priority=5, right=True),
     Column("now", priority=6, min_width=12),
 )
 

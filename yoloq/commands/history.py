@@ -8,11 +8,11 @@ import argparse
 
 from yoloq.commands._client import add_table_arguments, backend, print_json_lines
 from yoloq.base.errors import UserError
-from yoloq.views.table import Column, render, short_time
+from yoloq.views.table import Column, day_time, render
 
 COLUMNS = (
-    Column("time", "TIME (UTC)", priority=1, min_width=19, fmt=short_time),
-    Column("what", priority=0, min_width=9),
+    Column("time", "TIME (UTC)", priority=1, fmt=day_time),
+    Column("what", priority=0),
     Column("detail", priority=2, min_width=20, wrap=True),
 )
 
@@ -35,6 +35,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json_lines(rows)
     else:
-        print(render(rows, COLUMNS, wide=args.wide))
+        print(render(rows if args.wide else without_job_prefix(rows, args.job), COLUMNS, wide=args.wide))
     return 0
+
+
+def without_job_prefix(rows: list[dict], job_id: str) -> list[dict]:
+    """Segment names shown without the job's own id (`JOB.s2.e3-8` -> `s2.e3-8`): the table is
+    that job's already, and the full names would not fit 80 columns. --wide and --json keep them."""
+    return [{**row, "detail": str(row.get("detail") or "").replace(f"{job_id}.", "")} for row in rows]
 

@@ -16,12 +16,12 @@ from yoloq.commands._client import (
 from yoloq.views.table import Column, render as render_table
 
 COLUMNS = (
-    Column("position", "#", priority=2, min_width=2, right=True),
+    Column("position", "#", priority=2, right=True),
     Column("job", ident=True, priority=0),
-    Column("team", priority=4, min_width=6),
-    Column("tier", priority=3, min_width=6),
-    Column("state", priority=1, min_width=7),
-    Column("epoch", priority=2, min_width=5),
+    Column("team", priority=4),
+    Column("tier", priority=3),
+    Column("state", priority=1),
+    Column("epoch", priority=2),
     Column("eta", "ETA", priority=5, min_width=8),
     Column("reason", priority=6, min_width=12, wrap=True),
 )

@@ -15,8 +15,8 @@ from yoloq.views.table import Column, render
 
 COLUMNS = (
     Column("team", ident=True, priority=0),
-    Column("tu", "TU", priority=1, min_width=6, right=True),
-    Column("period", priority=1, min_width=6),
+    Column("tu", "TU", priority=1, right=True),
+    Column("period", priority=1),
 )
 
 

@@ -28,12 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 COLUMNS = (
     Column("job_id", "JOB", ident=True, priority=0),
-    Column("state", priority=1, min_width=7),
-    Column("progress", priority=1, min_width=5),
-    Column("tier", priority=2, min_width=6),
-    Column("team", priority=3, min_width=6),
-    Column("preemptions", "PREEMPTED", priority=4, min_width=9, right=True),
-    Column("segments", priority=5, min_width=8, right=True),
+    Column("state", priority=1),
+    Column("progress", "EPOCHS", priority=1),
+    Column("tier", priority=2),
+    Column("team", priority=3),
+    Column("preemptions", "PREEMPTED", priority=4, right=True),
+    Column("segments", priority=5, right=True),
 )
 
 

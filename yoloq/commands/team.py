@@ -19,11 +19,11 @@ from yoloq.views.table import Column, render
 
 COLUMNS = (
     Column("team", ident=True, priority=0),
-    Column("admin", priority=1, min_width=5),
-    Column("weight", priority=2, min_width=6, right=True),
-    Column("cap", priority=2, min_width=6),
+    Column("admin", priority=1),
+    Column("weight", priority=2, right=True),
+    Column("cap", priority=2),
     Column("quota", priority=2, min_width=10),
-    Column("token_id", "TOKEN ID", priority=3, min_width=8),
+    Column("token_id", "TOKEN ID", priority=3),
     Column("label", priority=4, min_width=8),
     Column("owner", priority=5, min_width=10),
 )

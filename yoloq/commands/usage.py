@@ -18,9 +18,9 @@ from yoloq.views.table import Column, render
 COLUMNS = (
     Column("team", ident=True, priority=0),
     Column("job", ident=True, priority=0),
-    Column("segments", priority=2, min_width=8, right=True),
-    Column("gpu_s", "GPU_S", priority=3, min_width=7, right=True),
-    Column("tu", "TU", priority=1, min_width=8, right=True, fmt=lambda tu: f"{tu:.6f}"),
+    Column("segments", priority=2, right=True),
+    Column("gpu_s", "GPU_S", priority=3, right=True),
+    Column("tu", "TU", priority=1, right=True, fmt=lambda tu: f"{tu:.6f}"),
 )
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

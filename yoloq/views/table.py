@@ -1,9 +1,10 @@
 """Plain-text tables that fit the terminal.
 
 Every table the CLI prints goes through `render`. Columns carry a priority (0 is the most
-important) and a minimum width. To fit the width, the columns shrink, least important first,
-down to their minimum (a cut cell ends in "…"; a `wrap` column folds onto more lines instead);
-when that is not enough, the least important column is dropped and a note names it. An `ident`
+important). To fit the width, the columns that may shrink (free text, given a `min_width`)
+shrink, least important first, down to their minimum (a cut cell ends in "…"; a `wrap` column
+folds onto more lines instead); when that is not enough, the least important column is dropped
+and a note names it. Short values (a state, a tier) are never cut: their column drops whole. An `ident`
 column (a job id, a team name: anything a user types back into a command) is never cut nor
 dropped. `wide=True` shows every column whole, whatever the width.
 """
@@ -31,7 +32,7 @@ class Column:
     key: str
     title: str | None = None
     priority: int = 1  # 0 = most important; the highest number shrinks and drops first
-    min_width: int = 6
+    min_width: int | None = None  # free text may shrink to this; None: shown whole or dropped
     max_width: int | None = None  # a cap on the natural width (not applied with wide=True)
     ident: bool = False  # never cut, never dropped
     wrap: bool = False  # fold a long cell onto more lines instead of cutting it
@@ -62,7 +63,7 @@ def cell_text(value: Any) -> str:
     return "".join(c if c.isprintable() else " " for c in text)
 
 
-def short_time(value: Any) -> str:
+def short_time(value: Any, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
     """A datetime or ISO time as `YYYY-MM-DD HH:MM:SS` (the zone is dropped: Prefect's are UTC)."""
     if isinstance(value, str):
         try:
@@ -70,8 +71,13 @@ def short_time(value: Any) -> str:
         except ValueError:
             return value
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return value.strftime(pattern)
     return cell_text(value)
+
+
+def day_time(value: Any) -> str:
+    """`MM-DD HH:MM:SS`: for logs read over days, where the year only costs width."""
+    return short_time(value, "%m-%d %H:%M:%S")
 
 
 def render(rows: Sequence[dict[str, Any]], columns: Sequence[Column], width: int | None = None,
@@ -105,10 +111,10 @@ def _fit(shown: list[Column], natural: dict[str, int], limit: int) -> dict[str, 
     when even their minimums do not fit."""
     widths = {c.key: natural[c.key] for c in shown}
     excess = sum(widths.values()) + len(GAP) * (len(shown) - 1) - limit
-    for col in sorted((c for c in shown if not c.ident), key=lambda c: -c.priority):
+    for col in sorted((c for c in shown if not c.ident and c.min_width is not None), key=lambda c: -c.priority):
         if excess <= 0:
             break
-        give = min(excess, max(0, widths[col.key] - col.min_width))
+        give = min(excess, max(0, widths[col.key] - (col.min_width or 0)))
         widths[col.key] -= give
         excess -= give
     return widths if excess <= 0 else None
@@ -130,8 +136,8 @@ def _draw(texts: list[dict[str, str]], shown: list[Column], widths: dict[str, in
 def _cell_lines(text: str, col: Column, width: int) -> list[str]:
     if len(text) <= width or col.ident:
         return [text]
-    if col.wrap:
-        return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    if col.wrap:  # a word longer than the column (an id) stays whole on its own line
+        return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False) or [""]
     return [_cut(text, width)]
 
 
