@@ -107,7 +107,7 @@ def test_submit_status_queue_history_cancel_audit_through_the_api(logged_in, tea
     status = json.loads(ok(run_cli(logged_in, "status", job_id, "--json")))
     assert status["job_id"] == job_id and status["team"] == team[0] and status["epochs"] == 30
     listing = run_cli(logged_in, "status")
-    assert listing.returncode == 0 and job_id in listing.stdout and "PROGRESS" in listing.stdout
+    assert listing.returncode == 0 and job_id in listing.stdout and "EPOCHS" in listing.stdout
     assert isinstance(json_lines(ok(run_cli(logged_in, "queue", "--json"))), list)
 
     intruder = run_cli(dict(os.environ), "team", "add", f"{team[0]}-other").stdout.strip().splitlines()[-1]

@@ -46,15 +46,14 @@ def stack_client() -> Iterator[Any]:
     check_access(url)
     from prefect.client.orchestration import get_client
 
-    try:
-        with _pointed_at(url), get_client(sync_client=True) as client:
-            yield client
-    finally:
-        flush_events()
+    with _pointed_at(url), get_client(sync_client=True) as client:
+        yield client
 
 
 def flush_events() -> None:
-    """Wait until the audit events this command emitted have been sent. Left queued, Prefect's
+    """Wait until the audit events this process emitted have been sent; `yoloq.cli.main` calls it
+    as a command ends (not the long-lived API process, where other requests keep emitting). Left
+    queued, Prefect's
     exit-time drain sends them but first logs `Still processing items: 1 items remaining...` on
     stderr (`prefect._internal.concurrency.services`: a drain that finds items still queued);
     sent here, the queue is empty at exit and the command's stderr stays clean. A send that fails
