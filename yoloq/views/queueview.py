@@ -31,7 +31,9 @@ def _row(view, run, state: str, position: int, board: dict[str, dict]) -> dict[s
     entry = board.get(run.name, {})
     reason = "running" if state == "running" else entry.get("reason", "waiting for the worker")
     if state == "running" and preemption_requested(view):
-        reason = f"stopping at next epoch: {preempt_reason(view)}"
+        from yoloq.views.timeline import without_epoch_claim
+
+        reason = f"stopping at next epoch: {without_epoch_claim(preempt_reason(view))}"
     return {"position": position, "job": view.job_id, "segment": run.name, "team": view.team,
             "tier": Tier(view.tier).label, "state": state, "epoch":
             f"{view.progress_epoch}/{view.epochs}", "eta": entry.get("eta", ""),

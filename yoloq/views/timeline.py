@@ -4,10 +4,12 @@ shows twice, marked as a repeat)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from yoloq.domain.contract import (BATCH_LABEL, EPOCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL,
-                                   PREEMPTED, final_state, preempt_reason, preempted_by, start_epoch)
+                                   PREEMPT_REASON_LABEL, PREEMPTED, PREEMPTED_BY_LABEL, final_state,
+                                   start_epoch)
 
 
 def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
@@ -55,9 +57,26 @@ def _ending(seg: Any) -> list[dict[str, Any]]:
     state = seg.state
     when = seg.end_time or state.timestamp
     if outcome == PREEMPTED:  # a victim killed after its grace too (`contract.was_preempted`)
-        epoch = (seg.labels or {}).get(EPOCH_LABEL, "?")
-        return [_at(when, "preempted", f"by {preempted_by(seg)} at epoch {epoch}: {preempt_reason(seg)}")]
+        return [_at(when, "preempted", preempted_detail(seg.labels or {}))]
     return [_at(when, outcome.lower(), f"{seg.name}: {state.message or ''}".strip())]
+
+
+_EPOCH_CLAIM = re.compile(r" at epoch \d+")
+
+
+def preempted_detail(labels: dict[str, Any]) -> str:
+    """"by JOB at epoch N: why", N being the epoch the job resumes after: the segment's last
+    checkpoint (`yoloq.epoch`, written at the boundary where it stopped, as its own log says).
+    The scheduler's reason was written when it asked, from the checkpoint it knew then (with
+    periodic checkpoints, epochs before the stop): its epoch is left out, so one number is shown."""
+    by = labels.get(PREEMPTED_BY_LABEL, "?")
+    why = without_epoch_claim(labels.get(PREEMPT_REASON_LABEL, ""))
+    return f"by {by} at epoch {labels.get(EPOCH_LABEL, '?')}" + (f": {why}" if why else "")
+
+
+def without_epoch_claim(reason: str) -> str:
+    """A scheduler reason without its " at epoch N" (the epoch it expected the stop at)."""
+    return _EPOCH_CLAIM.sub("", reason)
 
 
 def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
