@@ -74,7 +74,7 @@ def counts(job_id: str, rest_url: str, token: str) -> dict[str, int]:
     from yoloq.api.web_data import job_page
 
     status = json.loads(yoloq("status", job_id, "--json").stdout)
-    history = json.loads(yoloq("history", job_id, "--json").stdout)
+    history = [json.loads(line) for line in yoloq("history", job_id, "--json").stdout.splitlines()]
     auth = {"Authorization": f"Bearer {token}"}
     rest = httpx.get(f"{rest_url}/v1/jobs/{job_id}", headers=auth, timeout=120).json()
     with get_client(sync_client=True) as client:
