@@ -12,7 +12,7 @@ from work_pools.policy.builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
-POLICY = Policy(min_runtime_s=300, aging_step_s=3600)
+POLICY = Policy(min_runtime_s=300, aging_step_s=3600, urgent_overrides_min_runtime=False)
 
 
 def nodes(**spec: str) -> tuple[Gpu, ...]:

@@ -14,7 +14,7 @@ import math
 
 from yoloq.base.errors import UserError
 
-_POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-soft")
+_POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-1h-aging", "yoloq-soft")
 _SHAPES = ("light", "overloaded", "sustained", "urgent-bursts", "flood")
 
 
