@@ -83,6 +83,15 @@ def reduced_batch(seg: Segment, free_gb: float, policy: Policy) -> int | None:
     return batch if batch >= max(1, policy.min_reduced_batch) else None
 
 
+def victim_tier(victim: Segment, rank: int, policy: Policy) -> int:
+    """The rank victims are ordered by: with tiers, the victim's own tier, or its effective
+    rank when that is lower (delayed: over quota); the aging boost a running segment started
+    with does not count. Other orderings (fifo, LAS queues): its rank."""
+    if policy.ordering != "tier":
+        return rank
+    return max(rank, int(victim.tier))
+
+
 def victim_key(victim: Segment, rank: int, now: float | None = None) -> tuple:
     """Victim preference, best victim first: already stopping, lowest priority, least work
     lost (GPU-seconds since its last checkpoint; without `now`: the newest checkpoint),
