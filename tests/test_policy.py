@@ -14,7 +14,8 @@ from work_pools.policy.builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
-POLICY = Policy(min_runtime_s=300, aging_step_s=3600, urgent_overrides_min_runtime=False)
+POLICY = Policy(min_runtime_s=300, aging_step_s=3600, urgent_overrides_min_runtime=False,
+                critical_path_share=0.0)
 
 
 def running(job_id, *gpus, tier="low", mem=40.0, started=NOW - 1000, **kw):

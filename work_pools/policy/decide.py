@@ -143,7 +143,7 @@ class _Round:
         kind = ("small",) if small else ("whole",)
         if self.no_fit.failed(kind, 0, seg.gpus, seg.est_mem_gb):
             return False
-        slots = self.pool.find(seg)
+        slots = self.pool.find(seg, fastest=seg.id in self.queue.critical)
         if slots is None:
             self.no_fit.add(kind, 0, seg.gpus, seg.est_mem_gb)
             return False
