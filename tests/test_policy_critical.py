@@ -78,3 +78,38 @@ def test_a_critical_gang_gets_the_fastest_node():
     decision = decide(Snapshot(gpus, (), (job("gang", 40.0, gpus=2),)), Policy(), NOW)
     (admission,) = decision.admit
     assert admission.node == "fast" and admission.gpu_indices == (0, 1)
+
+
+# -- backfill with reservations ---------------------------------------------------------------
+
+def _busy(job_id: str, index: int, *, started: float, hours_left: float = 10.0):
+    return (make_job(job_id).tier("normal").mem(8.0).remaining(hours_left * HOUR)
+            .running_on(index, started=started).obj())
+
+
+def _gang_waits(extra, reservations: bool = True):
+    """4 GPUs: GPUs 0-1 busy until their segment boundary (600 s segments started 400 s ago:
+    200 s left), GPU 3 for 500 s more, GPU 2 free; a critical 2-GPU gang at the front (100 h
+    on 2 GPUs, the backlog about 59 h), then `extra` single jobs. The gang will start on GPUs
+    0 and 2 (or 1 and 2) in 200 s: GPU 2 is reserved for it."""
+    running = [_busy("r0", 0, started=NOW - 400), _busy("r1", 1, started=NOW - 400),
+               _busy("r3", 3, started=NOW - 100)]
+    gpus = make_gpus("4xV100-32GB", {0: 8.0, 1: 8.0, 3: 8.0})
+    waiting = [job("gang", 100.0, gpus=2), *extra]
+    policy = Policy(backfill_reservations=reservations)
+    return decide(Snapshot(gpus, tuple(running), tuple(waiting)), policy, NOW)
+
+
+@pytest.mark.parametrize("extra, reservations, admitted", [
+    pytest.param([job("later", 5.0)], True, [], id="reserved-gpus-kept-from-a-longer-job"),
+    pytest.param([job("quick", 100 / HOUR)], True, [("quick", (2,))],
+                 id="backfill-a-job-that-ends-before-the-gang-starts"),
+    pytest.param([job("later", 5.0)], False, [("later", (2,))], id="without-reservations-it-takes-them"),
+    pytest.param([job("later", 5.0, tier="urgent")], True, [("later", (2,))],
+                 id="a-higher-tier-comes-before-the-gang"),
+])
+def test_a_waiting_gang_reserves_the_gpus_it_will_start_on(extra, reservations, admitted):
+    decision = _gang_waits(extra, reservations)
+    assert [(a.job_id, a.gpu_indices) for a in decision.admit] == admitted
+    if reservations and not admitted:
+        assert "reserved for it, all free in about 3 min" in decision.waiting["gang/s1"]

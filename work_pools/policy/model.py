@@ -144,6 +144,7 @@ class Policy:
     fair_weight_clamp: tuple[float, float] = (0.125, 8.0)  # bounds of the SRPT fair-share factor
     fair_weight_power: float = 3.0  # factor = (usage share / entitlement) ** power
     srpt_aging_s: float = 3600.0  # SRPT aging: remaining work / (1 + waited / this); 0 = off
+    backfill_reservations: bool = True  # a gang at the front reserves GPUs; shorter jobs backfill
     critical_path_share: float = 1.5  # a job whose own remaining time >= this x the backlog goes first; 0 = off
     urgent_overrides_min_runtime: bool = True  # urgent may preempt inside min_runtime_s (last)
     soft_preemption: bool = False  # throttle a lower-tier job instead of evicting it
