@@ -19,7 +19,9 @@ brackets); replay seconds.
 
 `--ablation` instead replays the overloaded shape with yoloq's changes switched on one
 at a time (what each bought), from the previous yoloq (tiers, 1 h aging, teams taking
-turns, submission order inside a team, strict minimum runtime).
+turns, submission order inside a team, strict minimum runtime, no critical path), then
+the default without its minimum runtime (what the anti-thrash rule is worth) and with soft
+preemption.
 """
 
 from __future__ import annotations
@@ -112,16 +114,20 @@ def run_shape(shape: str, args, gpus) -> tuple[list[tuple], dict[str, dict]]:
     return [r for _, r in rows], results
 
 
+_BEFORE_TAIL = dict(critical_path_share=0.0, backfill_reservations=False)
 ABLATION = (
     ("previous yoloq", dict(within_rank="submit", fair_share_mode="turns", aging_step_s=3600.0,
-                            urgent_overrides_min_runtime=False)),
+                            urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
     ("+ SRPT within a rank", dict(fair_share_mode="turns", aging_step_s=3600.0,
-                                  urgent_overrides_min_runtime=False)),
+                                  urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
     ("+ fair share as an SRPT weight", dict(aging_step_s=3600.0,
-                                            urgent_overrides_min_runtime=False)),
-    ("+ 5-minute tier aging", dict(urgent_overrides_min_runtime=False)),
-    ("+ urgent overrides min runtime (= yoloq, the default)", {}),
-    ("+ soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
+                                            urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
+    ("+ 5-minute tier aging", dict(urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
+    ("+ urgent overrides min runtime", dict(_BEFORE_TAIL)),
+    ("+ critical path first, on the fastest GPUs", dict(backfill_reservations=False)),
+    ("+ gang reservations (= yoloq, the default)", {}),
+    ("yoloq with min_runtime_s=0 (no anti-thrash)", dict(min_runtime_s=0.0)),
+    ("yoloq + soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
 )
 
 

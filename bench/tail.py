@@ -10,7 +10,8 @@ preemptions per job) and writes `utilisation-seed<S>.png` into `--out` (not comm
 busy GPUs / all GPUs per simulated hour, one line per policy, the last arrival marked. The
 last line of output is a JSON object: seed -> policy -> figures.
 
-- `yoloq (no critical path)`: the default with `critical_path_share=0` (before).
+- `yoloq (no critical path)`: the default with `critical_path_share=0` and no gang
+  reservations (reservations are made for critical gangs only): before.
 - `yoloq`: `Policy()`, the default (after).
 """
 
@@ -30,7 +31,8 @@ from work_pools.simulate import (REFERENCE_CLUSTER, make_trace, parse_cluster,  
 
 POLICIES = {"fifo": fifo, "las": las,
             "yoloq (no critical path)": lambda: yoloq(name="yoloq-no-critical-path",
-                                                      critical_path_share=0.0),
+                                                      critical_path_share=0.0,
+                                                      backfill_reservations=False),
             "yoloq": yoloq}
 HEADER = ("policy", "avg JCT h", "vs LAS", "urgent p99 s", "util", "makespan ks", "ETA cov80",
           "team FTF max", "team FTF p95", "preempt/job")
