@@ -82,3 +82,16 @@ def test_admissions_onto_a_settled_node_go_ahead():
     assert len(held.raw.admit) == 1
     (waiting_id,) = {urgent.flow_run_id, other.flow_run_id} - {a.flow_run_id for a in admits}
     assert "node a has not reported" in held.waiting[waiting_id]
+
+
+def test_a_node_kept_unsettled_by_change_after_change_holds_the_pass_at_most_two_beats():
+    from work_pools.pool_scheduler import PoolScheduler
+
+    leader = PoolScheduler("yolo-gpu")
+    beat = heartbeat_every_s()
+    seen = []
+    for step in range(4):  # each pass changes node a again just after a's latest record
+        now = NOW + step * beat
+        leader.changed_at["a"] = now - 0.1
+        seen.append(leader._unsettled([record("a", now - 0.2), record("b", now)], now))
+    assert seen == [{"a"}, {"a"}, set(), {"a"}]

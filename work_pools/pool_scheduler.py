@@ -42,7 +42,7 @@ from uuid import UUID
 from work_pools.announce import announced_views
 from work_pools.holds import StopHolds
 from work_pools.inventory import GpuInfo
-from work_pools.nodes import NodeRecord, report_is_fresh
+from work_pools.nodes import NodeRecord, heartbeat_every_s, report_is_fresh
 from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
@@ -108,6 +108,7 @@ class PoolScheduler:
         self.notified: dict[str, float] = {}
         self.holds = StopHolds()
         self.changed_at: dict[str, float] = {}  # node -> when this leader last changed a run there
+        self.unsettled_since: float | None = None  # since when some node has been unsettled
         # (pass s, decide s, admits, preempts, when the pass ended)
         self.timings: deque[tuple[float, float, int, int, float]] = deque(maxlen=2000)
 
@@ -160,7 +161,7 @@ class PoolScheduler:
         result.decide_s = plan.decide_s
         result.decision, result.running = decision, [views[r.id] for r in occupying]
         rejoin = _rejoin_shared_gpu(pending, decision, pool_gpus, views, reserved)
-        unsettled = {n.name for n in live if not report_is_fresh(n, self.changed_at.get(n.name), now)}
+        unsettled = self._unsettled(live, now)
         decision, admits = settled(decision, decision.admit + rejoin, unsettled, pool_gpus)
         result.decision = decision
         result.assigned = await _apply_admissions(client, admits, pool_gpus, now)
@@ -171,6 +172,21 @@ class PoolScheduler:
                              len(decision.preempt), time.time()))
         return result
 
+
+    def _unsettled(self, live: list[NodeRecord], now: float) -> set[str]:
+        """Nodes whose record predates this leader's last change there. Changes on one node
+        after another could keep some node unsettled for good: after two heartbeat periods
+        of that, the pass decides anyway (a bounded wait for urgent work, never a stall)."""
+        unsettled = {n.name for n in live if not report_is_fresh(n, self.changed_at.get(n.name), now)}
+        if not unsettled:
+            self.unsettled_since = None
+            return unsettled
+        if self.unsettled_since is None:
+            self.unsettled_since = now
+        if now - self.unsettled_since >= 2 * heartbeat_every_s():
+            self.unsettled_since = None
+            return set()
+        return unsettled
 
     def _changed(self, assigned: dict[UUID, tuple[str, tuple[int, ...]]],
                  decision: WorkerDecision, reserved: dict[UUID, tuple[int, ...]],
