@@ -10,8 +10,8 @@
   share, urgent work may preempt inside the minimum runtime when nothing else frees a
   GPU). The headline figures are this policy's. `yoloq-defaults` is the same policy
   under its older name.
-- `yoloq-1h-aging`: the previous defaults (1 h aging, strict minimum runtime), for
-  comparison.
+- `yoloq-1h-aging`: the previous defaults (1 h aging, strict minimum runtime, no
+  critical path, no gang reservations), for comparison.
 - `yoloq-soft`: `yoloq` with soft preemption (throttle instead of evict), a variant.
 """
 
@@ -38,7 +38,8 @@ def las(**overrides) -> Policy:
     return replace(Policy(name="las", ordering="las", **_NO_EXTRAS), **overrides)
 
 
-PREVIOUS_DEFAULTS = dict(aging_step_s=3600.0, urgent_overrides_min_runtime=False)
+PREVIOUS_DEFAULTS = dict(aging_step_s=3600.0, urgent_overrides_min_runtime=False,
+                         critical_path_share=0.0, backfill_reservations=False)
 
 
 def yoloq(**overrides) -> Policy:
