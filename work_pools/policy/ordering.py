@@ -50,7 +50,7 @@ class Context:
     waiting_delayed: np.ndarray  # which of them belong to a team over quota
     running: Columns  # the snapshot's running segments
     capacity: float = 0.0  # the pool's GPUs, each counted at its speed
-    gpu_count: int = 0
+    gpu_count: int = 0  # the pool's GPUs (for their mean speed)
 
     def ranks_at(self, now: float) -> dict[str, int]:
         """Segment id -> rank, running and waiting, at `now` (the ETA reads the queue ahead)."""
@@ -119,13 +119,9 @@ def critical_path(ctx: Context) -> np.ndarray:
         return np.zeros(cols.n, bool)
     work = remaining_work(cols)
     backlog_s = (work.sum() + remaining_work(ctx.running).sum()) / ctx.capacity
-    mean_speed = ctx.capacity / _gpu_count(ctx)
+    mean_speed = ctx.capacity / max(ctx.gpu_count, 1)
     own_s = work / (np.maximum(cols.gpus, 1) * mean_speed)
     return own_s >= policy.critical_path_share * backlog_s
-
-
-def _gpu_count(ctx: Context) -> int:
-    return ctx.gpu_count or 1
 
 
 class FairQueue:
