@@ -26,6 +26,7 @@ _STORE: TeamStore | None = None
 _STORE_LOCK = threading.Lock()
 _OPERATOR_SECRET: str | None = None  # set by `python -m yoloq.api` when it publishes the secret
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+CALLER_KEY = "yoloq_caller"  # where `yoloq.api.guard` leaves the caller in the request's state
 
 
 def team_store() -> TeamStore:
@@ -56,8 +57,6 @@ def caller(request: Request,
            ) -> Caller:
     """The authenticated caller of this request (401 when the token is missing or not valid):
     the one `yoloq.api.guard` found before the body was read, or checked here."""
-    from yoloq.api.guard import CALLER_KEY
-
     found = request.scope.get("state", {}).get(CALLER_KEY)
     if isinstance(found, Caller):
         return found

@@ -22,7 +22,6 @@ from yoloq.api.errors import error_response
 
 MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: a job spec is a few hundred bytes
 OPEN_PATHS = frozenset({"/v1/health"})
-CALLER_KEY = "yoloq_caller"  # where the middleware leaves the caller in the request's state
 
 
 def needs_token(path: str) -> bool:
@@ -67,7 +66,7 @@ class RequestGuard:
 
     async def _authenticate(self, scope: Scope, headers: Headers) -> Any:
         """None with the caller stored in the request state, or the refusal to send."""
-        from yoloq.api.auth import check_token
+        from yoloq.api.auth import CALLER_KEY, check_token
         from yoloq.client.local_stack import USER_HEADER
 
         try:
