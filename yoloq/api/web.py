@@ -27,6 +27,7 @@ _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
+templates.env.filters["tu"] = web_svg.format_tu  # one TU format for the chart and the tables
 router = APIRouter(include_in_schema=False)
 
 
