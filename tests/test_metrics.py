@@ -202,7 +202,7 @@ def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus,
             assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
             assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
             assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
-            assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
+            assert query(prometheus, "yoloq_queue_wait_seconds_count")  # histograms exported
             assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
             wait_for(lambda: (_value(prometheus, "sum(increase(yoloq_jobs_submitted_total[5m]))") or 0) >= 1,
                      "increase() over the submitted-jobs counter to see the submits", timeout_s=60)
