@@ -133,9 +133,10 @@ def _fresh_totals() -> dict[str, float]:
     from prefect.client.orchestration import get_client
 
     from yoloq.api import metrics
+    from yoloq.api.metrics_reads import read_jobs, read_segments
     from yoloq.api.metrics_totals import RecordTotals
 
-    counter = RecordTotals(metrics._read_segments, metrics._read_jobs, metrics.was_preempted)
+    counter = RecordTotals(read_segments, read_jobs, metrics.was_preempted)
     with get_client(sync_client=True) as client:
         live = counter.refresh(client, metrics.open_pool_runs(client), time.time())
     totals = counter.totals

@@ -27,11 +27,14 @@ from prometheus_client.core import Metric
 
 from yoloq.api.metrics_catalogue import CATALOGUE
 from yoloq.api.metrics_catalogue import family as catalogue_family
+from yoloq.api.metrics_reads import open_pool_runs, read_jobs, read_segments
 
 from yoloq.api.metrics_totals import Histogram, RecordTotals, Totals
 from yoloq.base.histogram import CumulativeHistogram
 from yoloq.domain.tiers import Tier
 
+__all__ = ["REGISTRY", "TOTALS", "YoloqCollector", "open_pool_runs", "router", "totals_families",
+           "was_preempted"]
 _LOG = logging.getLogger("yoloq.api.metrics")
 router = APIRouter(include_in_schema=False)
 
@@ -139,34 +142,7 @@ def was_preempted(run: Any) -> bool:
     return run.state is not None and run.state.name == "Preempted"
 
 
-def _read_segments(client: Any, field: str, after: Any) -> list[Any]:
-    """The GPU pool's segment runs whose `field` is after `after` (all of them when None)."""
-    return _pool_runs(client, _time_filter(field, after))
-
-
-def _read_jobs(client: Any, field: str, after: Any) -> list[Any]:
-    """The `yolo-job` runs whose `field` is after `after` (all of them when None)."""
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
-
-    from yoloq.base.settings import JOB_DEPLOYMENT
-
-    deployment = DeploymentFilter(name=DeploymentFilterName(any_=[JOB_DEPLOYMENT.split("/")[1]]))
-    return _paged(client, _time_filter(field, after), deployment_filter=deployment)
-
-
-def _time_filter(field: str, after: Any) -> Any:
-    from prefect.client.schemas import filters
-
-    if after is None:
-        return None
-    kinds = {"start_time": ("start_time", filters.FlowRunFilterStartTime),
-             "end_time": ("end_time", filters.FlowRunFilterEndTime),
-             "expected_start_time": ("expected_start_time", filters.FlowRunFilterExpectedStartTime)}
-    name, kind = kinds[field]
-    return filters.FlowRunFilter(**{name: kind(after_=after)})
-
-
-TOTALS = RecordTotals(_read_segments, _read_jobs, was_preempted)
+TOTALS = RecordTotals(read_segments, read_jobs, was_preempted)
 """This process's running count of the run records (see `yoloq.api.metrics_totals`)."""
 
 
@@ -277,44 +253,6 @@ def _job_map(scrape: Scrape) -> Iterator[Metric]:
             if job in teams and value is not None:
                 family.add_metric([job, teams[job]], value)
     yield family
-
-
-def open_pool_runs(client: Any, scheduled: bool = False) -> list[Any]:
-    """The GPU pool's segment runs that hold (or are starting on) GPUs; with `scheduled`, the
-    waiting ones too (what a scheduler pass reads)."""
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
-
-    states = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
-    states += [StateType.SCHEDULED] if scheduled else []
-    return _pool_runs(client, FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=states))))
-
-
-def _pool_runs(client: Any, flow_run_filter: Any) -> list[Any]:
-    from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
-
-    from yoloq.base.settings import GPU_POOL
-
-    return _paged(client, flow_run_filter, work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[GPU_POOL])))
-
-
-def _paged(client: Any, flow_run_filter: Any, page: int = 200, **filters: Any) -> list[Any]:
-    """Every run the filters match, a page at a time, oldest first (a run created while
-    paging lands on a later page, not in place of one already read)."""
-    from prefect.client.schemas.sorting import FlowRunSort
-
-    found: list[Any] = []
-    while True:
-        batch = client.read_flow_runs(flow_run_filter=flow_run_filter, limit=page, offset=len(found),
-                                      sort=FlowRunSort.EXPECTED_START_TIME_ASC, **filters)
-        found.extend(batch)
-        if len(batch) < page:
-            return found
 
 
 _SOURCES = (("nodes", _nodes), ("queue", _queue), ("records", _totals),
