@@ -49,18 +49,6 @@ class FlowRunPreemption:
         return wanted
 
 
-def request_preemption(flow_run_id: UUID, by_job: str, reason: str) -> None:
-    """Mark a running segment to stop at its next epoch boundary (used by the worker)."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(flow_run_id, {
-            PREEMPT_LABEL: "requested",
-            "yoloq.preempted_by": by_job,
-            "yoloq.preempt_reason": reason[:200],
-        })
-
-
 def publish_progress(epoch: int) -> None:
     """Record the epoch just checkpointed on this segment's flow run (for the worker and CLI)."""
     import os

@@ -36,7 +36,7 @@ from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 
 share_client_tls_context()
 
-from flows.ledger import EpochLedger  # noqa: E402
+from flows.epoch_ledger import EpochLedger  # noqa: E402
 from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
 from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402

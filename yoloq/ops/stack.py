@@ -207,11 +207,6 @@ def sweep_processes(root: Path) -> int:
     return killed
 
 
-def status_line(stack: Stack) -> str:
-    parts = [f"{name}: {'up' if _running(stack, name) else 'down'}" for name in SERVICES]
-    return f"{stack.ui_url}  " + ", ".join(parts)
-
-
 def _start(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
     log = open(stack.paths.logs / f"{name}.log", "ab")
     child_env = {**env, "YOLOQ_STACK": "1"}
