@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -49,9 +50,31 @@ def stack(tmp_path_factory):
     assert up.returncode == 0, up.stderr[-3000:]
     try:
         with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
-            yield cli, home
+            yield cli, home, env
     finally:
         cli("down", "--drain-timeout", "0")
+
+
+@pytest.fixture(scope="module")
+def slower_dataset(tmp_path_factory) -> Path:
+    """Epochs of a few seconds, so a test can hold a segment inside its second epoch."""
+    from yoloq.datasets.synth import synth_dataset
+
+    return synth_dataset(tmp_path_factory.mktemp("shapes40"), train=40, val=4, imgsz=64, seed=0)
+
+
+def _segment_pid(home: Path, flow_run_id) -> int:
+    """The PID its node agent recorded for a running segment (`work_pools.processes`)."""
+    found = list((home / "pids" / "segments").glob(f"*/{flow_run_id}.pid"))
+    assert found, f"no PID recorded for segment {flow_run_id}"
+    return int(found[0].read_text().strip())
+
+
+def _run(flow_run_id):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(flow_run_id)
 
 
 def _segments(job_id: str) -> list:
@@ -104,20 +127,29 @@ def _not_a_preemption(run) -> None:
     assert labels.get("yoloq.drain") == "requested"
 
 
-def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tmp_path, tiny_dataset):
+def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tmp_path, slower_dataset):
     from yoloq.records.jobs import trainings_per_epoch
 
-    cli, home = stack
-    job_id = _submit(cli, tmp_path, tiny_dataset, "drained")
-    before = wait_for(lambda: _training(job_id, 1), "the segment's first epoch", 600)
-    trained_before = int(before.labels["yoloq.trained_epoch"])
-
-    down = cli("down")
+    cli, home, env = stack
+    job_id = _submit(cli, tmp_path, slower_dataset, "drained")
+    before = wait_for(lambda: _training(job_id, 1), "the segment's first epoch", 600, 0.1)
+    pid = _segment_pid(home, before.id)
+    os.kill(pid, signal.SIGSTOP)  # held in epoch 1 or 2 until the drain has asked: it must stop
+    try:  # at a boundary the periodic interval (3) would not upload at
+        trained_before = int(_run(before.id).labels["yoloq.trained_epoch"])
+        stopping = subprocess.Popen([sys.executable, "-m", "yoloq.cli", "down"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (_run(before.id).labels or {}).get("yoloq.drain"), "the drain request", 120, 0.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, err = stopping.communicate(timeout=600)
+    down = subprocess.CompletedProcess(stopping.args, stopping.returncode, out, err)
     assert down.returncode == 0, down.stderr[-3000:]
     said = re.search(rf"job {re.escape(job_id)}: drained at epoch (\d+) \(checkpoint saved\)", down.stdout)
     assert said, f"down must name the epoch it stopped at:\n{down.stdout}\n{down.stderr[-2000:]}"
     stopped_at = int(said.group(1))
-    assert trained_before <= stopped_at < EPOCHS
+    assert stopped_at in (trained_before, trained_before + 1) and stopped_at % CHECKPOINT_EVERY, \
+        (trained_before, stopped_at)
 
     up_cmd = cli("up")
     up_returned = time.time()
@@ -134,9 +166,15 @@ def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tm
         return later[0] if later else None
 
     resumed = wait_for(next_running, "the job's next segment to start after up", 300)
-    placed_after_s = resumed.start_time.timestamp() - up_returned
-    print(f"first segment after up started {placed_after_s:.1f} s after `yoloq up` returned")
-    assert placed_after_s < PLACED_AFTER_UP_S, placed_after_s
+    created_s = resumed.created.timestamp() - up_returned
+    placed_s = float(resumed.labels["yoloq.assigned_at"]) - up_returned
+    started_s = resumed.start_time.timestamp() - up_returned
+    print(f"after `yoloq up` returned: next segment created {created_s:.1f} s, placed "
+          f"{placed_s:.1f} s, Running {started_s:.1f} s")
+    # The scheduler places it as soon as it exists: a lease left to expire would hold it for
+    # up to a lease (60 s). (Running also counts the segment's own start-up in its process.)
+    assert placed_s - max(created_s, 0.0) < PLACED_AFTER_UP_S, (created_s, placed_s)
+    assert placed_s < PLACED_AFTER_UP_S, (created_s, placed_s)
     assert int(((resumed.parameters or {}).get("plan") or {}).get("epochs_done") or 0) == stopped_at
 
     assert _wait_job(cli, job_id) == "Completed"
@@ -148,7 +186,7 @@ def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tm
 
 
 def test_a_drain_that_runs_out_stops_hard_and_names_the_epochs_retrained(stack, tmp_path, tiny_dataset):
-    cli, home = stack
+    cli, home, _ = stack
     assert cli("up").returncode == 0  # idempotent: the stack of the previous test, or a new one
     job_id = _submit(cli, tmp_path, tiny_dataset, "hardstop")
     running = wait_for(lambda: _training(job_id, 1), "the segment's first epoch", 600)

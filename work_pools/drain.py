@@ -28,7 +28,7 @@ DRAINED = "Drained"  # the state name a drained segment ends in (a Cancelled typ
 TRAINED_LABEL = "yoloq.trained_epoch"  # epochs done in total, written at every epoch end
 EPOCH_S_LABEL = "yoloq.epoch_s"  # the last epoch's duration, measured by the segment
 CHECKPOINT_S_LABEL = "yoloq.checkpoint_s"  # the last checkpoint upload's duration
-MARGIN_S = 5.0  # beyond one epoch and its checkpoint: the label read and the process exit
+MARGIN_S = 10.0  # beyond one epoch and its checkpoint: the label read and the process exit
 REASON = "stack stopping (yoloq down)"
 
 
