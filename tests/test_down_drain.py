@@ -128,6 +128,7 @@ def _not_a_preemption(run) -> None:
 
 
 def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tmp_path, slower_dataset):
+    from yoloq.base.paths import state_paths
     from yoloq.records.jobs import trainings_per_epoch
 
     cli, home, env = stack
@@ -145,6 +146,9 @@ def test_a_clean_down_drains_at_an_epoch_boundary_and_up_resumes_there(stack, tm
     out, err = stopping.communicate(timeout=600)
     down = subprocess.CompletedProcess(stopping.args, stopping.returncode, out, err)
     assert down.returncode == 0, down.stderr[-3000:]
+    leases = state_paths(home).prefect_home / "concurrency_leases"
+    assert [p.name for p in leases.glob("*.json") if p.name != "expirations.json"] == [], \
+        "down must release the scheduler lease, not leave it to expire"
     said = re.search(rf"job {re.escape(job_id)}: drained at epoch (\d+) \(checkpoint saved\)", down.stdout)
     assert said, f"down must name the epoch it stopped at:\n{down.stdout}\n{down.stderr[-2000:]}"
     stopped_at = int(said.group(1))

@@ -216,8 +216,8 @@ class NodeAgent:
         run = await client.read_flow_run(flow_run_id)  # it may have uploaded meanwhile
         labels = run.labels or {}
         epoch = int(labels.get("yoloq.epoch") or view.epochs_done)
-        if run.state and run.state.is_final():  # its process was only exiting
-            return drain.Outcome(view.job_id, view.name, True, epoch, run.state.name)
+        if run.state and run.state.is_final() and not run.state.is_crashed():
+            return drain.Outcome(view.job_id, view.name, True, epoch, run.state.name)  # just ended
         trained = int(labels.get(drain.TRAINED_LABEL) or epoch)
         span = drain.retrained(epoch, trained, view.stop_after_epoch or view.epochs)
         outcome = drain.Outcome(view.job_id, view.name, False, epoch, "Crashed",
