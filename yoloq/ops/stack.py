@@ -172,14 +172,15 @@ def _wait_api(stack: Stack, timeout_s: float) -> None:
 def down(echo=print, drain_timeout_s: float | None = None) -> int:
     """Stop everything `up` started for this state folder. Returns how many processes stopped.
 
-    In order: the REST API and the job runner (no new work, no parent queues a segment),
-    then the node agent, which drains while the Prefect server is still up (it releases the
-    scheduler lease, its segments stop at their next epoch boundary with a checkpoint within
-    one epoch plus the checkpoint, or `drain_timeout_s`, and the rest are stopped hard:
-    `work_pools.drain`), then the server. What the drain did is echoed, one line a job."""
+    The REST API, the job runner and the node agent are stopped together; the agent drains
+    while the Prefect server is still up (it releases the scheduler lease, its segments stop
+    at their next epoch boundary with a checkpoint within one epoch plus the checkpoint, or
+    `drain_timeout_s`, and the rest are stopped hard: `work_pools.drain`). The server stops
+    last. What the drain did is echoed, one line a job."""
     stack = current_stack()
-    stopped = _stop_services(stack, ("api", "runner"))
+    stopped = _signal_services(stack, ("api", "runner"), signal.SIGTERM)
     stopped += _drain_worker(stack, drain_timeout_s, echo)
+    stopped += _stop_services(stack, ("api", "runner"), signalled=True)
     stopped += _stop_services(stack, ("server",))
     for name in SERVICES:
         (stack.paths.pids / f"{name}.pid").unlink(missing_ok=True)
@@ -188,13 +189,19 @@ def down(echo=print, drain_timeout_s: float | None = None) -> int:
     return stopped
 
 
-def _stop_services(stack: Stack, names: tuple[str, ...]) -> int:
-    """SIGTERM each service's process group, SIGKILL what is left after `STOP_GRACE_S`."""
+def _signal_services(stack: Stack, names: tuple[str, ...], sig: signal.Signals) -> int:
     stopped = 0
     for name in names:
         pid = _read_pid(stack, name)
-        if pid and _signal_group(pid, signal.SIGTERM):
+        if pid and _signal_group(pid, sig):
             stopped += 1
+    return stopped
+
+
+def _stop_services(stack: Stack, names: tuple[str, ...], signalled: bool = False) -> int:
+    """SIGTERM each service's process group (unless `signalled` already), SIGKILL what is left
+    after `STOP_GRACE_S`."""
+    stopped = 0 if signalled else _signal_services(stack, names, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < deadline and any(_running(stack, n) for n in names):
         time.sleep(0.2)
