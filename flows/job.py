@@ -98,8 +98,8 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.is_completed() or state.name == "Preempted" or _killed_victim(run):
-            continue  # the loop top reads where it got to; a preempted job queues again
+        if state.is_completed() or state.name in ("Preempted", "Drained") or _killed_victim(run):
+            continue  # the loop top reads where it got to; a preempted (or drained) job queues again
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         if state.is_crashed():

@@ -5,7 +5,8 @@ trains epochs [k, n) of the full schedule, saves a checkpoint to the store after
 every epoch (retried with backoff), records each trained epoch in the job's epoch
 ledger, logs each epoch to the job's MLflow run (buffered while MLflow is down),
 and asks the preemption context after each checkpoint. A segment asked to stop
-ends in a `Cancelled` state named `Preempted`. The segment that completes the
+ends in a `Cancelled` state named `Preempted`, or `Drained` when `yoloq down` asked
+(`work_pools.drain`: not a preemption). The segment that completes the
 schedule also runs evaluate and export while it holds the GPU; a segment that
 finds the schedule complete but not finalised (a crash during evaluate/export)
 only finalises, each step once.
@@ -36,11 +37,17 @@ from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 
 share_client_tls_context()
 
-from flows.ledger import EpochLedger  # noqa: E402
-from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
+from flows.epoch_ledger import EpochLedger  # noqa: E402
+from flows.preemption import (  # noqa: E402
+    FlowRunPreemption,
+    InMemoryPreemption,
+    publish_progress,
+    publish_trained,
+)
 from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
+from work_pools.drain import DRAINED  # noqa: E402
 from yoloq.base import settings  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.spec import JobSpec  # noqa: E402
@@ -84,9 +91,11 @@ class _Hooks:
         self.run_id, self.preemption, self.ledger, self.logger = run_id, preemption, ledger, logger
         self.unsent: list[tuple[int, dict[str, float]]] = []  # epochs MLflow has not taken yet
         self.timer: SetupTimer | None = None
+        self.epoch_started = time.monotonic()
 
     def on_epoch_start(self, epoch: int) -> None:
         self.ledger.start(epoch)
+        self.epoch_started = time.monotonic()
         if self.timer is not None:  # the first epoch of this segment: its setup is over
             self.timer.mark("trainer setup")
             self.logger.info("segment setup: %s", self.timer.line())
@@ -98,6 +107,10 @@ class _Hooks:
         self.deliver_metrics()
         shown = {k: round(v, 4) for k, v in metrics.items() if "mAP" in k or k.endswith("box_loss")}
         self.logger.info("epoch %d done %s", epoch, shown)
+        try:
+            publish_trained(epoch, time.monotonic() - self.epoch_started)
+        except Exception as exc:  # informative only (a hard stop's report, a drain's bound)
+            self.logger.warning("trained-epoch label not updated (%s)", one_line(exc))
 
     def deliver_metrics(self) -> bool:
         """Log buffered epochs in order; keep them (and training going) while MLflow is down."""
@@ -126,12 +139,13 @@ class _Hooks:
 
     def on_checkpoint(self, epoch: int, path: Path) -> None:
         finished = checkpoint_finished(path, epoch, self.job.epochs)
+        started = time.monotonic()
         info = self.store.save_retrying(self.job_id, epoch, path, finished=finished,
                                         trainings=self.ledger.records)
         self.logger.info("checkpoint epoch %d saved (%s, sha256 %s%s)", epoch, info.key,
                          info.sha256[:12], ", finished" if finished else "")
         try:
-            publish_progress(epoch)
+            publish_progress(epoch, time.monotonic() - started)
         except Exception as exc:  # informative only: the store holds the progress
             self.logger.warning("progress label not updated (%s)", one_line(exc))
 
@@ -269,6 +283,9 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, Any
                                "epochs_done": result.epochs_done, "finished": result.finished}
     if result.stopped_early and preemption.cancelled:
         return Cancelled(message=f"cancelled at epoch {result.epochs_done} (checkpoint kept)")
+    if result.stopped_early and preemption.drained:  # `yoloq down`: not a preemption
+        return Cancelled(name=DRAINED, message=f"drained at epoch {result.epochs_done} "
+                                               "(stack stopping; checkpoint saved)")
     if result.stopped_early:
         tracker.increment_tag(run_id, "yoloq.preemptions")
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")

@@ -10,7 +10,7 @@ import pytest
 from work_pools.policy import (Policy, Quota, Snapshot, check_tier_allowed, decide,
                                effective_priority, estimate, fifo, las, priority,
                                starvation_bound_s)
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from work_pools.policy import Gpu, Policy, Snapshot, decide
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from stack_helpers import freeze, json_lines, thaw, wait_final, write_spec, yoloq
+
+SEGMENT_CLI = Path(__file__).resolve().parent / "segment_cli.py"  # the test-only segment runner
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6
@@ -176,7 +179,7 @@ def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> Non
     restored = settings.checkpoint_store().restore(job_id, tmp_path / "restored")
     assert restored is not None and restored.info.epoch == EPOCHS
     result_file = tmp_path / "one-go.json"
-    proc = subprocess.run([sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec_path),
+    proc = subprocess.run([sys.executable, str(SEGMENT_CLI), "--spec", str(spec_path),
                            "--workdir", str(tmp_path / "one-go"), "--stop-after", str(EPOCHS),
                            "--result", str(result_file)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -65,10 +65,6 @@ def yields_to_short(seg: Segment, short_waiting: bool, policy: Policy) -> bool:
             and held_share(seg, policy) > policy.long_job_share)
 
 
-def is_short(seg: Segment) -> bool:
-    return seg.job_class == SHORT
-
-
 def is_small(mem_gb: float, gpu_total_gb: float, policy: Policy) -> bool:
     """Small enough to share a GPU (when `share_gpus` is on)."""
     return mem_gb <= policy.share_max_fraction * gpu_total_gb

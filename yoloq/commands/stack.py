@@ -15,6 +15,10 @@ def add_up_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_down_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--drain-timeout", type=float, metavar="SECONDS", default=None,
+                        help="how long running segments may take to reach their next epoch "
+                             "boundary before they are stopped hard (default: one epoch plus "
+                             "the checkpoint, as each segment measured them; 0: stop at once)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -40,11 +44,17 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
+    import math
+
     from yoloq.ops.stack import down
 
+    timeout = args.drain_timeout
+    if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+        raise UserError("--drain-timeout", f"{timeout:g} is not a number of seconds >= 0",
+                        "use e.g. --drain-timeout 120, or 0 to stop segments at once")
     if args.json:
-        stopped = down(echo=lambda line: print(line, file=sys.stderr))
+        stopped = down(echo=lambda line: print(line, file=sys.stderr), drain_timeout_s=timeout)
         print_json({"stopped_processes": stopped})
         return 0
-    down()
+    down(drain_timeout_s=timeout)
     return 0

@@ -26,6 +26,7 @@ from yoloq.base.paths import PROJECT_DIR, StatePaths, state_paths
 
 SERVICES = ("server", "runner", "worker", "api")
 STOP_GRACE_S = 8.0
+DRAIN_START_S = 30.0  # for the agent to release its lease and ask its segments (a loaded host)
 
 
 @dataclass(frozen=True)
@@ -168,24 +169,80 @@ def _wait_api(stack: Stack, timeout_s: float) -> None:
                     f"see {log}; is port {stack.rest_port} taken? set YOLOQ_API_PORT")
 
 
-def down(echo=print) -> int:
-    """Stop everything `up` started for this state folder. Returns how many processes stopped."""
+def down(echo=print, drain_timeout_s: float | None = None) -> int:
+    """Stop everything `up` started for this state folder. Returns how many processes stopped.
+
+    The REST API, the job runner and the node agent are stopped together; the agent drains
+    while the Prefect server is still up (it releases the scheduler lease, its segments stop
+    at their next epoch boundary with a checkpoint within one epoch plus the checkpoint, or
+    `drain_timeout_s`, and the rest are stopped hard: `work_pools.drain`). The server stops
+    last. What the drain did is echoed, one line a job."""
     stack = current_stack()
-    stopped = 0
-    for name in reversed(SERVICES):
-        pid = _read_pid(stack, name)
-        if pid and _signal_group(pid, signal.SIGTERM):
-            stopped += 1
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_running(stack, n) for n in SERVICES):
-        time.sleep(0.2)
+    stopped = _signal_services(stack, ("api", "runner"), signal.SIGTERM)
+    stopped += _drain_worker(stack, drain_timeout_s, echo)
+    stopped += _stop_services(stack, ("api", "runner"), signalled=True)
+    stopped += _stop_services(stack, ("server",))
     for name in SERVICES:
-        pid = _read_pid(stack, name)
-        if pid:
-            _signal_group(pid, signal.SIGKILL)
         (stack.paths.pids / f"{name}.pid").unlink(missing_ok=True)
     stopped += sweep_processes(stack.paths.root)
     echo(f"stopped ({stopped} process group(s)); state kept in {stack.paths.root}")
+    return stopped
+
+
+def _signal_services(stack: Stack, names: tuple[str, ...], sig: signal.Signals) -> int:
+    stopped = 0
+    for name in names:
+        pid = _read_pid(stack, name)
+        if pid and _signal_group(pid, sig):
+            stopped += 1
+    return stopped
+
+
+def _stop_services(stack: Stack, names: tuple[str, ...], signalled: bool = False) -> int:
+    """SIGTERM each service's process group (unless `signalled` already), SIGKILL what is left
+    after `STOP_GRACE_S`."""
+    stopped = 0 if signalled else _signal_services(stack, names, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(_running(stack, n) for n in names):
+        time.sleep(0.2)
+    for name in names:
+        pid = _read_pid(stack, name)
+        if pid:
+            _signal_group(pid, signal.SIGKILL)
+    return stopped
+
+
+def _drain_worker(stack: Stack, timeout_s: float | None, echo) -> int:
+    """Stop the node agent, draining its segments first when the server can take the drain."""
+    from work_pools import drain
+
+    pid = _read_pid(stack, "worker")
+    if not pid or not _running(stack, "worker"):
+        return _stop_services(stack, ("worker",))
+    since = time.time()
+    draining = healthy(stack)
+    if draining:
+        drain.write_request(stack.paths.root, timeout_s)
+        echo("draining: running segments stop at their next epoch boundary with a checkpoint"
+             + (f" (at most {timeout_s:g} s)" if timeout_s is not None else ""))
+    try:
+        os.kill(pid, signal.SIGTERM)  # the agent alone: its launcher must outlive the drain
+    except ProcessLookupError:
+        pass
+    while _running(stack, "worker"):
+        planned = drain.read_deadline(stack.paths.root, since) if draining else None
+        limit = (planned if planned is not None else since + DRAIN_START_S) + STOP_GRACE_S
+        if time.time() > limit:
+            break
+        time.sleep(0.2)
+    stopped = _stop_services(stack, ("worker",)) + 1
+    report = drain.read_report(stack.paths.root, since) if draining else None
+    if report is not None:
+        for line in drain.report_lines(report):
+            echo(line)
+    elif draining:
+        echo("drain: the node agent did not report; its segments were stopped hard and resume "
+             "from their last checkpoints")
     return stopped
 
 
@@ -205,11 +262,6 @@ def sweep_processes(root: Path) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return killed
-
-
-def status_line(stack: Stack) -> str:
-    parts = [f"{name}: {'up' if _running(stack, name) else 'down'}" for name in SERVICES]
-    return f"{stack.ui_url}  " + ", ".join(parts)
 
 
 def _start(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
