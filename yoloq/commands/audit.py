@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from datetime import datetime, timedelta, timezone
 
 from yoloq.commands._client import backend, print_json, table
-from yoloq.base.errors import UserError
+from yoloq.service.usage import parse_audit_since as parse_since
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,18 +15,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job")
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
     parser.add_argument("--json", action="store_true", help="print the events as a JSON list")
-
-
-def parse_since(text: str) -> datetime:
-    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
-    if match:
-        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return datetime.now(timezone.utc) - timedelta(**{unit: int(match.group(1))})
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError("--since", f"cannot read {text!r}", "use an ISO time or 30m, 12h, 7d") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def run(args: argparse.Namespace) -> int:
