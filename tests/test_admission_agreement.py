@@ -32,12 +32,12 @@ COMMAND_LINE_CASES = {"cli-missing-spec", "cli-unknown-option", "cli-gpu-without
 def verdict_cases() -> list[dict]:
     """Every corpus case that runs `yoloq analyse SPEC ...`, less the command-line ones."""
     return [c for c in MANIFEST["cases"] if c["id"] not in COMMAND_LINE_CASES
-            and ("argv" not in c or c["argv"][0] == "analyse")]
+            and ("argv" not in c or c["argv"][:1] == ["analyse"])]
 
 
 def test_the_agreement_covers_the_whole_corpus_of_specs():
     """A new corpus case for `analyse` is held to the agreement without anyone listing it."""
-    analyse_cases = [c for c in MANIFEST["cases"] if "argv" not in c or c["argv"][0] == "analyse"]
+    analyse_cases = [c for c in MANIFEST["cases"] if "argv" not in c or c["argv"][:1] == ["analyse"]]
     assert len(verdict_cases()) == len(analyse_cases) - len(COMMAND_LINE_CASES) >= 100
 
 
