@@ -19,9 +19,13 @@ pytestmark = pytest.mark.service
 
 
 def _json(*args: str):
+    """The command's JSON: one document, or one JSON object per line (lists of rows)."""
     out = yoloq(*args)
     assert out.returncode == 0, (args, out.stdout[-500:], out.stderr[-1500:])
-    return json.loads(out.stdout)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def _rest_job(stack, job_id: str) -> dict:

@@ -66,7 +66,7 @@ def http_error(response: httpx.Response, server: Server) -> UserError:
                          f"run `yoloq login {server.url} --token TOKEN` with a current team token "
                          "(`yoloq team add|rotate` on the server prints one)")
     if "field" in detail:
-        return UserError(detail["field"], f"{detail['problem']} ({status})", detail.get("fix"))
+        return UserError(detail["field"], detail["problem"], detail.get("fix"))
     return UserError("server", f"{server.url} answered {status}: {detail['message']}",
                      "fix the request as the message says" if status < 500 else "see the server's log")
 
