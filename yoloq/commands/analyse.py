@@ -13,14 +13,15 @@ the notes say so.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from yoloq.commands._client import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="job spec file (YAML or JSON), or a sweep file")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (one line per job of a sweep)")
+    parser.add_argument("--json", action="store_true", help="one JSON object on one line (a sweep: one per job)")
     parser.add_argument("--gpu", help="GPU type for memory, max batch and time (default: the reference, "
                         "V100-32GB): a name from yoloq/domain/gpus.py, e.g. A100-80GB, T4, CPU; the fit "
                         "is checked against it while the pool has no live node (as `submit --gpu`)")
@@ -37,8 +38,7 @@ def run(args: argparse.Namespace) -> int:
     notes = list(dict.fromkeys(n for _, admission in outcomes for n in admission["notes"]))
     for analysis, admission in outcomes:
         if args.json:
-            obj = {**analysis, "admission": admission}
-            print(json.dumps(obj, indent=2) if single else json.dumps(obj))
+            print_json({**analysis, "admission": admission})  # one line per job
         else:
             print(summary(analysis) + _fit_line(admission.get("fit")))
     for note in notes:
@@ -112,8 +112,8 @@ def summary(a: dict) -> str:
         lines.append(f"weights  starts from {a['weights']}")
     fp = a.get("fingerprint")
     if fp:
-        lines.append(f"weights  {fp['kind']} checkpoint, {fp['family']}{fp['scale']} {fp['task']}, "
-                     f"{fp['epochs_done']} epochs done, ultralytics {fp['ultralytics_version']}")
+        lines.append(f"weights  {fp['label']}, {fp['family']}{fp['scale']} {fp['task']}, "
+                     f"ultralytics {fp['ultralytics_version']}")
     lines += [f"warning  {w}" for w in a["warnings"]]
     return "\n".join(lines)
 

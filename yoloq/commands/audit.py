@@ -5,8 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from yoloq.commands._client import backend, print_json, table
+from yoloq.commands._client import backend, print_json_lines
 from yoloq.service.usage import parse_audit_since as parse_since
+from yoloq.views.table import Column, day_time, render
+
+COLUMNS = (
+    Column("occurred", "TIME (UTC)", priority=1, fmt=day_time),
+    Column("event", priority=0, min_width=13, fmt=lambda e: str(e or "").removeprefix("yoloq.")),
+    Column("job", ident=True, priority=0),
+    Column("team", priority=3),
+    Column("actor", priority=4, min_width=8),
+    Column("reason", priority=5, min_width=12, wrap=True),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team")
     parser.add_argument("--job")
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
-    parser.add_argument("--json", action="store_true", help="print the events as a JSON list")
+    parser.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
+    parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             rows = read_audit(where.client, since=since, job_id=args.job, team=args.team)
     if args.json:
-        print_json(rows)
+        print_json_lines(rows)
         return 0
     if args.csv:
         import pandas as pd
@@ -35,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         pd.DataFrame(rows, columns=["occurred", "event", "job", "team", "actor", "reason",
                                     "details"]).to_csv(sys.stdout, index=False)
         return 0
-    print(table(rows, ["occurred", "event", "job", "team", "actor", "reason"]))
+    print(render(rows, COLUMNS, wide=args.wide, empty="(no events)"))
     return 0

@@ -194,7 +194,8 @@ def apply_tier(client: Any, record: Any, tier: str, reason: str) -> None:
 
 
 def cancel(client: Any, record: Any, reason: str) -> Cancellation:
-    """Set the job's live runs (the parent, then its segments) Cancelling and record the event.
+    """Set the job's live runs (the parent, then its segments) Cancelling and record the event
+    (none when no run was live: nothing was cancelled).
 
     The parent goes first: a segment cancelled first ends within milliseconds, its parent then
     ends Cancelled, and a forced Cancelling written after that left the parent Cancelling for
@@ -207,7 +208,8 @@ def cancel(client: Any, record: Any, reason: str) -> Cancellation:
     targets += [s for s in record.segments if s.state and not s.state.is_final()]
     for run_ in targets:
         client.set_flow_run_state(run_.id, Cancelling(message=reason), force=True)
-    emit_job_event("cancelled", record.job_id, record.team, reason=reason)
+    if targets:  # an ended job: nothing cancelled, nothing recorded
+        emit_job_event("cancelled", record.job_id, record.team, reason=reason)
     return Cancellation(record.job_id, tuple(str(r.id) for r in targets), reason)
 
 
