@@ -19,13 +19,17 @@ pytestmark = pytest.mark.service
 
 
 def _json(*args: str):
-    """The command's JSON: one document, or one JSON object per line (lists of rows)."""
+    """The command's one JSON object (`status JOB`, `submit`)."""
     out = yoloq(*args)
     assert out.returncode == 0, (args, out.stdout[-500:], out.stderr[-1500:])
-    try:
-        return json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return json.loads(out.stdout)
+
+
+def _rows(*args: str) -> list[dict]:
+    """The command's rows: one JSON object per line (`queue`, `history`)."""
+    out = yoloq(*args)
+    assert out.returncode == 0, (args, out.stdout[-500:], out.stderr[-1500:])
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def _rest_job(stack, job_id: str) -> dict:
@@ -47,21 +51,21 @@ def _web_view(job_id: str):
 
 
 def _tier_change_rows(job_id: str) -> list[dict]:
-    return [r for r in _json("history", job_id, "--json") if r["what"] == "tier changed"]
+    return [r for r in _rows("history", job_id, "--json") if r["what"] == "tier changed"]
 
 
 def test_a_retiered_job_reads_the_same_everywhere_and_its_weights_are_shown(yoloq_stack, tiny_dataset, tmp_path):
     spec = write_spec(tmp_path / "low.yaml", tiny_dataset, name="retiered", priority="low", export=[])
     with paused_worker(yoloq_stack):  # the job waits: its segment is on the queue while we look
         job_id = _json("submit", str(spec), "--json")["job_id"]
-        wait_for(lambda: [r for r in _json("queue", "--json") if r["job"] == job_id],
+        wait_for(lambda: [r for r in _rows("queue", "--json") if r["job"] == job_id],
                  f"{job_id}'s segment in the queue", 300, every_s=2)
         out = yoloq("retier", job_id, "normal")
         assert out.returncode == 0 and out.stdout.strip() == f"{job_id}: low -> normal", out.stderr
 
         status = _json("status", job_id, "--json")
         assert (status["tier"], status["submitted_tier"]) == ("normal", "low"), status
-        queued = [r for r in _json("queue", "--json") if r["job"] == job_id]
+        queued = [r for r in _rows("queue", "--json") if r["job"] == job_id]
         assert queued and {r["tier"] for r in queued} == {"normal"}, queued
         rest = _rest_job(yoloq_stack, job_id)
         assert (rest["tier"], rest["submitted_tier"]) == ("normal", "low"), rest
