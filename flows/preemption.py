@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from yoloq.base.settings import PREEMPT_LABEL
+from yoloq.base.stores import PREEMPT_LABEL
 
 
 @dataclass

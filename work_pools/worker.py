@@ -39,10 +39,11 @@ from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
 from work_pools.usage import BATCH_LABEL
 from work_pools.warm_start import SegmentStarter
-from yoloq.base.settings import PREEMPT_LABEL, REDUCED_BATCH_ENV
+from yoloq.base.stores import PREEMPT_LABEL, REDUCED_BATCH_ENV
+from yoloq.settings import settings
 
 
-POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
+POLICY_REFRESH_S = settings().policy_refresh_s
 ORPHAN_CHECK_S = 5.0
 STATS_EVERY_S = 10.0  # the leader publishes pass/decide timings this often
 

@@ -83,7 +83,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     client, now = scrape.client, scrape.now
     from work_pools.nodes import read_nodes_sync
     from work_pools.pool_scheduler import assignment
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     busy = {(node, gpu) for run in open_pool_runs(client) for node, gpus in [assignment(run) or ("", ())]
             for gpu in gpus}
@@ -200,14 +200,14 @@ def _job_map(scrape: Scrape) -> Iterator[Metric]:
     """Latest mAP50-95 of each job with a segment running or waiting (one MLflow query)."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
     teams = {row["job"]: row["team"] for row in scrape.queue()}
     family = GaugeMetricFamily("yoloq_job_map50_95", "Latest validation mAP50-95 of an active job",
                                labels=["job", "team"])
     if teams:
-        uri, experiment = settings.mlflow_tracking_uri()
+        uri, experiment = stores.mlflow_tracking_uri()
         mlflow = MlflowClient(uri)
         exp = mlflow.get_experiment_by_name(experiment)
         runs = mlflow.search_runs([exp.experiment_id], max_results=500, order_by=["attributes.start_time DESC"]) if exp else []
@@ -247,7 +247,7 @@ def _recent_segments(client: Any, now: float) -> list[Any]:
 def _pool_runs(client: Any, flow_run_filter: Any, page: int = 200) -> list[Any]:
     from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
 
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[GPU_POOL]))
     found: list[Any] = []

@@ -212,7 +212,7 @@ def live_nodes(client) -> list:
     """The GPU pool's live node records, read through this sync client (as `work_pools.nodes.read_nodes`
     does through an async one: a new client per call costs more than the read)."""
     from work_pools.nodes import read_nodes_sync
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     now = time.time()
     return [r for r in read_nodes_sync(client, GPU_POOL) if r.alive(now)]
@@ -220,7 +220,7 @@ def live_nodes(client) -> list:
 
 def job_deployment_id(client):
     """The `yolo-job` deployment's id, read once per batch."""
-    from yoloq.base.settings import JOB_DEPLOYMENT
+    from yoloq.base.stores import JOB_DEPLOYMENT
 
     return client.read_deployment_by_name(JOB_DEPLOYMENT).id
 
@@ -251,7 +251,7 @@ def create_job_run(spec, reason: str, client=None, deployment_id=None, tags: tup
     else:
         from prefect.deployments import run_deployment
 
-        from yoloq.base.settings import JOB_DEPLOYMENT
+        from yoloq.base.stores import JOB_DEPLOYMENT
 
         run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
                        as_subflow=False, tags=job_tags(job_id, spec, tags), idempotency_key=job_id)
