@@ -10,7 +10,7 @@ Public variables are for users and documented (`docs/reference/settings.md`, gen
 `python -m yoloq.settings > docs/reference/settings.md`); internal ones are written by yoloq
 for its own child processes or tests.
 
-The `policy_*` variables override single keys of the scheduling policy (`blocks.policy`): set
+The policy variables (`policy_override`) override single keys of the scheduling policy (`blocks.policy`): set
 at `yoloq up`, a variable beats the saved `yoloq-policy` block for that stack (see
 docs/concepts/settings.md). Their defaults are "unset": the default lives on
 `work_pools.policy.Policy`, never here.
@@ -39,10 +39,18 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 def setting(env: str, default: Any, description: str, expect: str, *, internal: bool = False,
-            **constraints: Any) -> Any:
+            policy_key: str = "", **constraints: Any) -> Any:
     """A field read from `env`; `expect` says in words what a valid value is (the error's fix)."""
-    return Field(default, validation_alias=env, description=description,
-                 json_schema_extra={"env": env, "expect": expect, "internal": internal}, **constraints)
+    extra = {"env": env, "expect": expect, "internal": internal, "policy_key": policy_key}
+    return Field(default, validation_alias=env, description=description, json_schema_extra=extra,
+                 **constraints)
+
+
+def policy_override(key: str, env: str, expect: str) -> Any:
+    """A variable that overrides one key of the scheduling policy; unset (None) by default, as
+    the default lives on `work_pools.policy.Policy` and the block. Its range is the block's."""
+    return setting(env, None, f"Overrides policy key `{key}` (beats the saved block).", expect,
+                   policy_key=key)
 
 
 class SettingsError(UserError):
@@ -137,39 +145,21 @@ class Settings(BaseSettings):
                                         "warm launcher to be ready.", "a number of seconds")
 
     # -- scheduling policy overrides (each beats the saved block; unset: block, else Policy) -------
-    policy_min_runtime_s: float | None = setting(
-        "YOLOQ_MIN_RUNTIME_S", None, "Overrides policy key `min_runtime_s`.", "a number of seconds")
-    policy_aging_step_s: float | None = setting(
-        "YOLOQ_AGING_STEP_S", None, "Overrides policy key `aging_step_s`.", "a number of seconds")
-    policy_long_job_share: float | None = setting(
-        "YOLOQ_LONG_JOB_SHARE", None, "Overrides policy key `long_job_share`.", "a fraction, e.g. 0.7")
-    policy_long_job_window_s: float | None = setting(
-        "YOLOQ_LONG_JOB_WINDOW_S", None, "Overrides policy key `long_job_window_s`.", "a number of seconds")
-    policy_usage_half_life_s: float | None = setting(
-        "YOLOQ_USAGE_HALF_LIFE_S", None, "Overrides policy key `usage_half_life_s`.", "a number of seconds")
-    policy_share_gpus: bool | None = setting(
-        "YOLOQ_SHARE_GPUS", None, "Overrides policy key `share_gpus`.", "1 or 0")
-    policy_allow_reduced_batch: bool | None = setting(
-        "YOLOQ_ALLOW_REDUCED_BATCH", None, "Overrides policy key `allow_reduced_batch`.", "1 or 0")
-    policy_soft_preemption: bool | None = setting(
-        "YOLOQ_SOFT_PREEMPTION", None, "Overrides policy key `soft_preemption`.", "1 or 0")
-    policy_urgent_overrides_min_runtime: bool | None = setting(
-        "YOLOQ_URGENT_OVERRIDES_MIN_RUNTIME", None, "Overrides policy key `urgent_overrides_min_runtime`.",
-        "1 or 0")
-    policy_within_rank: str | None = setting(
-        "YOLOQ_WITHIN_RANK", None, "Overrides policy key `within_rank`.", "srpt or submit")
-    policy_fair_share_mode: str | None = setting(
-        "YOLOQ_FAIR_SHARE_MODE", None, "Overrides policy key `fair_share_mode`.", "weight or turns")
-    policy_default_tier_cap: str | None = setting(
-        "YOLOQ_DEFAULT_TIER_CAP", None, "Overrides policy key `default_tier_cap`.",
-        "urgent, high, normal or low")
-    policy_tier_caps: str | None = setting(
-        "YOLOQ_TIER_CAPS", None, "Overrides policy key `tier_caps` (all teams' caps).",
-        "team=tier pairs, e.g. research=high,interns=normal")
-    policy_min_grace_s: float | None = setting(
-        "YOLOQ_GRACE_S", None, "Overrides policy key `min_grace_s`.", "a number of seconds")
-    policy_grace_epochs: float | None = setting(
-        "YOLOQ_GRACE_EPOCHS", None, "Overrides policy key `grace_epochs`.", "a number of epochs")
+    policy_min_runtime_s: float | None = policy_override("min_runtime_s", "YOLOQ_MIN_RUNTIME_S", "a number of seconds")
+    policy_aging_step_s: float | None = policy_override("aging_step_s", "YOLOQ_AGING_STEP_S", "a number of seconds")
+    policy_long_job_share: float | None = policy_override("long_job_share", "YOLOQ_LONG_JOB_SHARE", "a fraction, e.g. 0.7")
+    policy_long_job_window_s: float | None = policy_override("long_job_window_s", "YOLOQ_LONG_JOB_WINDOW_S", "a number of seconds")
+    policy_usage_half_life_s: float | None = policy_override("usage_half_life_s", "YOLOQ_USAGE_HALF_LIFE_S", "a number of seconds")
+    policy_share_gpus: bool | None = policy_override("share_gpus", "YOLOQ_SHARE_GPUS", "1 or 0")
+    policy_allow_reduced_batch: bool | None = policy_override("allow_reduced_batch", "YOLOQ_ALLOW_REDUCED_BATCH", "1 or 0")
+    policy_soft_preemption: bool | None = policy_override("soft_preemption", "YOLOQ_SOFT_PREEMPTION", "1 or 0")
+    policy_urgent_overrides_min_runtime: bool | None = policy_override("urgent_overrides_min_runtime", "YOLOQ_URGENT_OVERRIDES_MIN_RUNTIME", "1 or 0")
+    policy_within_rank: str | None = policy_override("within_rank", "YOLOQ_WITHIN_RANK", "srpt or submit")
+    policy_fair_share_mode: str | None = policy_override("fair_share_mode", "YOLOQ_FAIR_SHARE_MODE", "weight or turns")
+    policy_default_tier_cap: str | None = policy_override("default_tier_cap", "YOLOQ_DEFAULT_TIER_CAP", "urgent, high, normal or low")
+    policy_tier_caps: str | None = policy_override("tier_caps", "YOLOQ_TIER_CAPS", "team=tier pairs, e.g. research=high,interns=normal")
+    policy_min_grace_s: float | None = policy_override("min_grace_s", "YOLOQ_GRACE_S", "a number of seconds")
+    policy_grace_epochs: float | None = policy_override("grace_epochs", "YOLOQ_GRACE_EPOCHS", "a number of epochs")
 
     # -- internal: set by yoloq for its own processes, or by tests ------------------------------
     policy_block: str = setting("YOLOQ_POLICY_BLOCK", "yoloq-policy", "Name of the policy block to read "
@@ -193,7 +183,6 @@ class Settings(BaseSettings):
         return self.warm_start == "1"
 
 
-POLICY_PREFIX = "policy_"
 _CACHE: tuple[tuple[tuple[str, str], ...], Settings] | None = None
 
 
@@ -253,10 +242,7 @@ class Variable:
         self.expect, self.internal = str(extra["expect"]), bool(extra["internal"])
         self.description = field.description or ""
         self.default = field.default
-
-    @property
-    def policy_key(self) -> str | None:
-        return self.attr.removeprefix(POLICY_PREFIX) if self.attr.startswith(POLICY_PREFIX) else None
+        self.policy_key = str(extra.get("policy_key") or "")
 
 
 def variables() -> list[Variable]:
@@ -266,6 +252,16 @@ def variables() -> list[Variable]:
 def policy_env_names() -> dict[str, str]:
     """Policy key -> the variable that overrides it (`min_runtime_s` -> `YOLOQ_MIN_RUNTIME_S`)."""
     return {v.policy_key: v.env for v in variables() if v.policy_key}
+
+
+def policy_overrides(current: Settings) -> dict[str, tuple[str, Any]]:
+    """Policy key -> (variable, value) for each policy variable set in `current`."""
+    found = {}
+    for v in variables():
+        value = getattr(current, v.attr)
+        if v.policy_key and value is not None:
+            found[v.policy_key] = (v.env, value)
+    return found
 
 
 def _default_text(value: Any) -> str:
