@@ -43,7 +43,26 @@ def run_up(args: argparse.Namespace) -> int:
 
         print("scheduling policy in force (`yoloq policy show`; env beats block beats default):")
         print(render(document))
+    if running_with_other_settings():
+        print("note: the stack was already running with other YOLOQ_* settings than this shell's; its "
+              "processes keep theirs (the table shows this shell's) until `yoloq down && yoloq up`",
+              file=sys.stderr)
     return 0
+
+
+def running_with_other_settings() -> bool:
+    """True when the stack's API started under other YOLOQ_*/AWS_* settings than this process
+    (it was already running): its processes resolve the policy under theirs."""
+    import json
+    import os
+
+    from yoloq.client.local_stack import operator_file, settings_digest
+
+    try:
+        saved = json.loads(operator_file().read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and saved.get("settings") != settings_digest(os.environ)
 
 
 def check_policy_overrides() -> None:
