@@ -264,6 +264,21 @@ def policy_overrides(current: Settings) -> dict[str, tuple[str, Any]]:
     return found
 
 
+_JSON_TYPES = {"integer": "int", "number": "float", "boolean": "bool", "string": "str"}
+
+
+def _type_text(schema: dict[str, Any]) -> str:
+    """A field's type from its JSON schema: `int`, `float`, `bool`, `str`, or the choices."""
+    if "enum" in schema:
+        return " / ".join(str(v) for v in schema["enum"])
+    if "const" in schema:
+        return str(schema["const"])
+    if "anyOf" in schema:
+        parts = [_type_text(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        return " / ".join(parts)
+    return _JSON_TYPES.get(str(schema.get("type")), str(schema.get("type", "")))
+
+
 def _default_text(value: Any) -> str:
     if value is None:
         return "unset"
@@ -274,11 +289,13 @@ def _default_text(value: Any) -> str:
 
 def reference_markdown() -> str:
     """The settings reference page: public variables, then internal ones, as Markdown tables."""
+    schema = Settings.model_json_schema(by_alias=True)["properties"]
+
     def table(rows: list[Variable]) -> list[str]:
-        lines = ["| Variable | Accepts | Default | Description |", "|---|---|---|---|"]
+        lines = ["| Variable | Type | Default | Description (accepts) |", "|---|---|---|---|"]
         for v in rows:
-            lines.append(f"| `{v.env}` | {v.expect} | {_default_text(v.default)} | "
-                         f"{v.description.replace('|', '/')} |")
+            lines.append(f"| `{v.env}` | {_type_text(schema[v.env])} | {_default_text(v.default)} | "
+                         f"{v.description.replace('|', '/')} ({v.expect}) |")
         return lines
 
     public = [v for v in variables() if not v.internal]
