@@ -18,9 +18,7 @@ import argparse
 import sys
 from typing import Any
 
-from yoloq.commands._client import print_json, table
-
-VALUE_WIDTH = 40  # the table fits 80 columns: KEY (28) + VALUE + SOURCE
+from yoloq.commands._client import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="every policy key in force and where its value comes from")
     change = sub.add_parser("set", help="save policy keys in the yoloq-policy block (KEY=VALUE ...)")
     change.add_argument("assignments", nargs="+", metavar="KEY=VALUE", help="e.g. min_runtime_s=0")
+    show.add_argument("--wide", action="store_true", help="show long values whole")
     for each in (show, change):
         each.add_argument("--json", action="store_true", help="print the policy document (GET /v1/policy)")
 
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(document)
         return 0
-    print(render(document))
+    print(render(document, wide=args.wide))
     return 0
 
 
@@ -105,10 +104,15 @@ def rows(document: dict[str, Any]) -> list[dict[str, str]]:
             for key in keys]
 
 
-def render(document: dict[str, Any]) -> str:
-    """The table `yoloq up` and `yoloq policy show` print."""
-    shown = [{**row, "value": _clip(row["value"])} for row in rows(document)]
-    return table(shown, ["key", "value", "source"])
+def render(document: dict[str, Any], wide: bool = False) -> str:
+    """The table `yoloq up` and `yoloq policy show` print: keys and sources whole, a long value
+    (many teams' caps) cut to fit the terminal."""
+    from yoloq.views.table import Column
+    from yoloq.views.table import render as render_table
+
+    columns = [Column("key", priority=0, ident=True), Column("value", priority=1, min_width=12),
+               Column("source", priority=0, ident=True)]
+    return render_table(rows(document), columns, wide=wide)
 
 
 def _value(value: Any) -> str:
@@ -125,7 +129,3 @@ def _value(value: Any) -> str:
 
 def _quota(quota: dict[str, Any]) -> str:
     return f"{quota.get('tu'):g} TU/{quota.get('period')}"
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= VALUE_WIDTH else text[:VALUE_WIDTH - 1] + "…"
