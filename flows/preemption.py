@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from work_pools.drain import CHECKPOINT_S_LABEL, DRAIN_LABEL, EPOCH_S_LABEL, TRAINED_LABEL
-from yoloq.base.settings import PREEMPT_LABEL
+from yoloq.base.stores import PREEMPT_LABEL
 
 
 @dataclass

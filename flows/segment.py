@@ -48,9 +48,10 @@ from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
 from work_pools.drain import DRAINED  # noqa: E402
-from yoloq.base import settings  # noqa: E402
+from yoloq.base import stores  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.spec import JobSpec  # noqa: E402
+from yoloq.settings import settings  # noqa: E402
 
 PREEMPTED = "Preempted"
 FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # work_pools.launcher sets it in a warm segment
@@ -63,9 +64,9 @@ class SetupTimer:
     def __init__(self) -> None:
         self.last = time.time()
         self.steps: list[tuple[str, float]] = []
-        forked_at = os.environ.get(FORKED_AT_ENV)
-        if forked_at:  # the engine's start in a warm child: fork -> the flow function
-            self.steps.append(("fork -> flow start", max(0.0, self.last - float(forked_at))))
+        forked_at = settings().forked_at
+        if forked_at is not None:  # the engine's start in a warm child: fork -> the flow function
+            self.steps.append(("fork -> flow start", max(0.0, self.last - forked_at)))
 
     def mark(self, step: str) -> None:
         now = time.time()
@@ -75,7 +76,7 @@ class SetupTimer:
     def line(self) -> str:
         text = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.steps)
         launcher = sys.modules.get("work_pools.launcher")
-        if launcher is not None and os.environ.get(FORKED_AT_ENV):
+        if launcher is not None and settings().forked_at is not None:
             late = launcher.imported_after_fork()
             text += f"; {len(late)} module(s) imported after the fork"
             text += f" ({', '.join(late[:8])}{' ...' if len(late) > 8 else ''})" if late else ""
@@ -208,8 +209,8 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: dict[str, A
         return Crashed(message=f"another segment of job {job_id} is running ({duplicate}); "
                                "not training (a job never has two live segments)")
     timer.mark("duplicate check")
-    store = settings.checkpoint_store()
-    uri, experiment = settings.mlflow_tracking_uri()
+    store = stores.checkpoint_store()
+    uri, experiment = stores.mlflow_tracking_uri()
     timer.mark("blocks")
     tracker = JobTracker(uri, experiment)
     if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
@@ -326,7 +327,7 @@ def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_i
         args = read_header(checkpoint).get("train_args") or {}
         batch = int(args.get("batch") or job.batch) if isinstance(args, dict) else job.batch
     else:
-        batch = int(os.environ.get(settings.REDUCED_BATCH_ENV) or job.batch)
+        batch = settings().reduced_batch or job.batch
     if batch == job.batch:
         return job
     logger.warning("job %s trains with batch %d instead of %d (reduced to fit its GPU)",

@@ -26,7 +26,7 @@ from work_pools.inventory import GpuInfo
 from work_pools.pool_scheduler import assignment
 from work_pools.scheduling import WorkerPolicy, epoch_time_here, gpu_speed
 from work_pools.segments import SegmentView, segment_view
-from yoloq.base.settings import PREEMPT_LABEL
+from yoloq.base.stores import PREEMPT_LABEL
 
 ORPHAN_CHECK_S = 5.0
 

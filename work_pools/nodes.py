@@ -24,6 +24,7 @@ from typing import Any
 
 from work_pools.inventory import GpuInfo
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 NODE_VARIABLE_PREFIX = "yoloq-node-"
 DEFAULT_NODE_TIMEOUT_S = 30.0
@@ -46,12 +47,7 @@ class NodeRecord:
 
 
 def node_timeout_s() -> float:
-    value = os.environ.get("YOLOQ_NODE_TIMEOUT_S")
-    try:
-        return float(value) if value else DEFAULT_NODE_TIMEOUT_S
-    except ValueError:
-        raise UserError("YOLOQ_NODE_TIMEOUT_S", f"{value!r} is not a number of seconds",
-                        "set it to e.g. 30") from None
+    return settings().node_timeout_s
 
 
 def heartbeat_every_s() -> float:
@@ -79,7 +75,7 @@ def validate_node_name(name: str) -> str:
 def default_node_name(worker_name: str | None = None) -> str:
     """`YOLOQ_NODE_NAME`, else the worker's own `--name` (`prefect worker start --name gpu-b`),
     else this host's name, made safe for a Prefect Variable."""
-    explicit = os.environ.get("YOLOQ_NODE_NAME")
+    explicit = settings().node_name
     if explicit:
         return validate_node_name(explicit)
     return _safe_name(worker_name or socket.gethostname())

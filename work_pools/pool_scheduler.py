@@ -47,7 +47,7 @@ from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
-from yoloq.base.settings import JOBS_POOL, PREEMPT_LABEL
+from yoloq.base.stores import JOBS_POOL, PREEMPT_LABEL
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
 THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch

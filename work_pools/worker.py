@@ -38,10 +38,11 @@ from work_pools.scheduling import WorkerPolicy
 from work_pools.usage import BATCH_LABEL
 from work_pools.warm_start import SegmentStarter
 from yoloq.base.paths import state_paths
-from yoloq.base.settings import REDUCED_BATCH_ENV
+from yoloq.base.stores import REDUCED_BATCH_ENV
+from yoloq.settings import settings
 
 
-POLICY_REFRESH_S = float(os.environ.get("YOLOQ_POLICY_REFRESH_S") or 30.0)
+POLICY_REFRESH_S = settings().policy_refresh_s
 
 
 class YoloGpuJobConfiguration(BaseJobConfiguration):

@@ -40,6 +40,8 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app.include_router(jobs.router, prefix="/v1")
     app.include_router(cluster.router, prefix="/v1")
     app.include_router(teams_routes.router, prefix="/v1")
+    from yoloq.api import policy_routes  # PUT /v1/policy (admin)
+    app.include_router(policy_routes.router, prefix="/v1")
     # Other front doors (web page, /metrics, logs) add their include_router lines below.
     from yoloq.api import metrics, web
 

@@ -56,7 +56,7 @@ def policy_document(settings) -> dict[str, Any]:
     and where the policy came from (block, environment or defaults)."""
     from yoloq.domain.tiers import TIER_NAMES
 
-    return {"source": settings.source, "tiers": list(TIER_NAMES),
+    return {"source": settings.source, "sources": dict(settings.sources), "tiers": list(TIER_NAMES),
             "min_grace_s": settings.min_grace_s, "grace_epochs": settings.grace_epochs,
             **_plain(dataclasses.asdict(settings.policy))}
 

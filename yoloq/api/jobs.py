@@ -230,11 +230,11 @@ def _segment(run) -> dict[str, Any]:
 
 def mlflow_link(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: tracking URI, run id and, for a tracking server, a browser link."""
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.tracking import JobTracker
 
     try:
-        uri, experiment = settings.mlflow_tracking_uri()
+        uri, experiment = stores.mlflow_tracking_uri()
         tracker = JobTracker(uri, experiment)
         run_id = tracker.find_run(job_id)
     except Exception as exc:  # noqa: BLE001 -- shown, not hidden: the rest of the job is still useful

@@ -87,11 +87,11 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
     try:
-        uri, experiment = settings.mlflow_tracking_uri()
+        uri, experiment = stores.mlflow_tracking_uri()
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name(experiment)
         runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{TAG_JOB_ID}` = '{job_id}'",
@@ -149,7 +149,7 @@ def segment_intervals(now: float) -> list[Any]:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from work_pools.usage import UsageBook
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     async def read(book: UsageBook) -> list[Any]:
         async with get_client() as async_client:

@@ -23,6 +23,7 @@ from pathlib import Path
 from yoloq.base import offline
 from yoloq.base.errors import UserError
 from yoloq.base.paths import PROJECT_DIR, StatePaths, state_paths
+from yoloq.settings import settings
 
 SERVICES = ("server", "runner", "worker", "api")
 STOP_GRACE_S = 8.0
@@ -45,7 +46,7 @@ class Stack:
     @property
     def rest_port(self) -> int:
         """The yoloq REST API's port: `$YOLOQ_API_PORT`, else the Prefect port plus one."""
-        return int(os.environ.get("YOLOQ_API_PORT") or self.port + 1)
+        return settings().api_port or self.port + 1
 
     @property
     def rest_url(self) -> str:
@@ -68,7 +69,7 @@ def stack_env(stack: Stack) -> dict[str, str]:
         "YOLOQ_PORT": str(stack.port),
         "YOLOQ_PROJECT_DIR": str(PROJECT_DIR),
         "PREFECT_PROFILES_PATH": str(PROJECT_DIR / "profiles" / "profiles.toml"),
-        "PREFECT_PROFILE": os.environ.get("YOLOQ_PROFILE", "local"),
+        "PREFECT_PROFILE": settings().profile or "local",
         "PREFECT_HOME": str(stack.paths.prefect_home),
         "PREFECT_API_URL": stack.api_url,
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
@@ -106,7 +107,7 @@ def up(port: int | None = None, echo=print) -> Stack:
         _refuse_taken_port(stack.port, "YOLOQ_PORT")
         _start(stack, "server", [sys.executable, "-m", "yoloq.ops.server", "--host", "127.0.0.1",
                                  "--port", str(stack.port)], env)
-    _wait_healthy(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))  # a loaded host: more
+    _wait_healthy(stack, timeout_s=settings().server_start_s)  # a loaded host: more
     echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
     use_stack(stack)
     from yoloq.ops.deploy import ensure_pools_and_deployments, recover_interrupted
@@ -123,7 +124,7 @@ def up(port: int | None = None, echo=print) -> Stack:
     if not _running(stack, "api"):
         _refuse_taken_port(stack.rest_port, "YOLOQ_API_PORT")
         _start(stack, "api", [sys.executable, "-m", "yoloq.api", "--port", str(stack.rest_port)], env)
-    _wait_api(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))
+    _wait_api(stack, timeout_s=settings().server_start_s)
     echo(f"yoloq API: {stack.rest_url} (docs {stack.rest_url}/docs)")
     return stack
 
@@ -335,7 +336,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> bool:
 
 def chosen_port(paths: StatePaths) -> int | None:
     """The Prefect port of this state folder's stack: `$YOLOQ_PORT`, else the one `up` saved."""
-    return int(os.environ.get("YOLOQ_PORT") or 0) or _saved_port(paths)
+    return settings().port or _saved_port(paths)
 
 
 def _saved_port(paths: StatePaths) -> int | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+from yoloq.base.stores import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
            "live_segments", "parent_run", "segments_of", "trainings_per_epoch"]
@@ -167,9 +167,9 @@ def epoch_trainings(job_id: str, store: Any = None) -> list[EpochRecord]:
     node, start, end), oldest first, read from its newest checkpoint metadata in the store
     (default: this process's configured store). An epoch trained twice has two records;
     count them with `trainings_per_epoch`."""
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    store = store or settings.checkpoint_store()
+    store = store or stores.checkpoint_store()
     latest = store.latest(job_id)
     return list(latest.trainings) if latest else []
 

@@ -157,7 +157,7 @@ def live_nodes(client: Any) -> list[Any]:
     """The GPU pool's live node records, read through this sync client (as `work_pools.nodes.read_nodes`
     does through an async one: a new client per call costs more than the read)."""
     from work_pools.nodes import read_nodes_sync
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     now = time.time()
     return [r for r in read_nodes_sync(client, GPU_POOL) if r.alive(now)]

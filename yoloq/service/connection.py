@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 # A loaded SQLite-backed server can take seconds to answer its health check; that is not "down"
 # (a stopped one refuses at once). The API process checks at every client it opens, under load.
@@ -75,7 +76,7 @@ def explicit_api_url() -> str | None:
     """PREFECT_API_URL as the user set it, unless YOLOQ_PORT names this host's stack (the stack's
     own processes and tests set both)."""
     url = (os.environ.get("PREFECT_API_URL") or "").strip().rstrip("/")
-    return url if url and not os.environ.get("YOLOQ_PORT") else None
+    return url if url and not settings().port else None
 
 
 def _require_answer(url: str, explicit: bool) -> None:
