@@ -10,7 +10,7 @@ import pytest
 
 from work_pools.policy import Policy, Snapshot, decide
 from work_pools.policy.baselines import yoloq
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from work_pools.policy.ordering import build_context, critical_path
 
 NOW = 100_000.0

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from work_pools.policy import Gpu, Policy, Snapshot, decide
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 
 NOW = 100_000.0
 POLICY = Policy()  # the default: 5-minute aging, so a lagging usage book ages a job fast

@@ -27,7 +27,7 @@ class PolicyChange(BaseModel):
 def set_policy(change: PolicyChange, who: Admin) -> dict[str, Any]:
     from blocks.policy import resolve_policy_settings
     from yoloq.api.cluster import policy_document
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
     from yoloq.records.events import acting_as
     from yoloq.records.policy_edit import parse_assignments, set_policy_keys
 
