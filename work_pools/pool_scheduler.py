@@ -48,6 +48,7 @@ from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id,
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
 from yoloq.base.stores import JOBS_POOL, PREEMPT_LABEL
+from yoloq.base.histogram import DECIDE_BUCKETS, CumulativeHistogram
 
 ASSIGNED_AT_LABEL = "yoloq.assigned_at"
 THROTTLE_LABEL = "yoloq.throttle"  # soft preemption: the victim's next batch
@@ -111,12 +112,16 @@ class PoolScheduler:
         self.unsettled_since: float | None = None  # since when some node has been unsettled
         # (pass s, decide s, admits, preempts, when the pass ended)
         self.timings: deque[tuple[float, float, int, int, float]] = deque(maxlen=2000)
+        self.decide_histogram = CumulativeHistogram(DECIDE_BUCKETS)  # since this leader began
+        self.pass_histogram = CumulativeHistogram(DECIDE_BUCKETS)
 
     def stats(self) -> dict[str, Any]:
         """Pass and decide time percentiles over the recent passes (published by the leader),
         and how many decision passes a second the leader made over them."""
+        histograms = {"decide_histogram": self.decide_histogram.to_dict(),
+                      "pass_histogram": self.pass_histogram.to_dict()}
         if not self.timings:
-            return {"passes": 0}
+            return {"passes": 0, **histograms}
         passes = sorted(t[0] for t in self.timings)
         decides = sorted(t[1] for t in self.timings)
         pick = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
@@ -128,7 +133,7 @@ class PoolScheduler:
                 "window_s": round(window, 1),
                 "passes_per_s": round((len(self.timings) - 1) / window, 3) if window > 0 else None,
                 "admitted": sum(t[2] for t in self.timings),
-                "preempted": sum(t[3] for t in self.timings)}
+                "preempted": sum(t[3] for t in self.timings), **histograms}
 
     async def run_pass(self, client: Any, nodes: list[NodeRecord], policy: WorkerPolicy,
                        now: float | None = None) -> PassResult:
@@ -168,7 +173,10 @@ class PoolScheduler:
         await _apply_preemptions(client, decision, views, now)
         await _apply_throttles(client, decision, pool_gpus, now)
         self._changed(result.assigned, decision, reserved, pool_gpus)
-        self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
+        pass_s = time.perf_counter() - started
+        self.decide_histogram.observe(result.decide_s)
+        self.pass_histogram.observe(pass_s)
+        self.timings.append((pass_s, result.decide_s, len(decision.admit),
                              len(decision.preempt), time.time()))
         return result
 

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
                                    "port plus one).", "a TCP port, e.g. 4211", ge=1, le=65535)
     api_host: str = setting("YOLOQ_API_HOST", "127.0.0.1", "Address the yoloq REST API binds to.",
                             "a host address, e.g. 0.0.0.0")
+    api_max_body_bytes: int = setting("YOLOQ_API_MAX_BODY_BYTES", 1024 * 1024, "Largest request "
+                                      "body the REST API reads (413 beyond it).", "a number of bytes, "
+                                      "e.g. 1048576", ge=1024)
     profile: Annotated[Literal["local", "cluster"] | None, Lowered] = setting(
         "YOLOQ_PROFILE", None, "Prefect profile of the stack: local (embedded SQLite) or cluster "
         "(default: $PREFECT_PROFILE, else local).", "local or cluster")

@@ -15,14 +15,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from yoloq import __version__
 from yoloq.api import errors
 from yoloq.api.errors import error_body
-from yoloq.api.guard import MAX_BODY_BYTES, RequestGuard
+from yoloq.api.guard import RequestGuard
 from yoloq.base.errors import UserError
 
 
-def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(max_body_bytes: int | None = None) -> FastAPI:
     """Every error the app returns has the one shape of `yoloq.api.errors` (the web page's
     own pages answer a browser in HTML); the token is checked before any body is read and a
-    body over `max_body_bytes` is refused (413), both by `yoloq.api.guard`."""
+    body over `max_body_bytes` (default: `YOLOQ_API_MAX_BODY_BYTES`) is refused (413), both by
+    `yoloq.api.guard`."""
+    from yoloq.settings import settings
+
     from yoloq.base.prefect_tls import share_client_tls_context
 
     share_client_tls_context()
@@ -35,7 +38,8 @@ def create_app(max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app.add_exception_handler(RequestValidationError, errors.validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, errors.server_error)
-    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+    limit = max_body_bytes if max_body_bytes is not None else settings().api_max_body_bytes
+    app.add_middleware(RequestGuard, max_body_bytes=limit)
     app.add_api_route("/v1/health", health, methods=["GET"], tags=["meta"])
     app.include_router(jobs.router, prefix="/v1")
     app.include_router(cluster.router, prefix="/v1")

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from yoloq.api.errors import error_response
 
-MAX_BODY_BYTES = 1024 * 1024  # 1 MiB: a job spec is a few hundred bytes
+MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, the default of YOLOQ_API_MAX_BODY_BYTES: a spec is a few hundred bytes
 OPEN_PATHS = frozenset({"/v1/health"})
 
 
