@@ -99,6 +99,7 @@ def prefect_api(yoloq_stack):
         yield yoloq_stack
 
 
+@pytest.mark.service
 def test_saved_block_wins_over_env(prefect_api, monkeypatch):
     """Saved under a test-only name, so the stack's worker never picks it up."""
     from blocks.policy import (
