@@ -102,6 +102,8 @@ def _help(action: argparse.Action) -> str:
     text = action.help or ""
     if "%" in text:  # argparse's own %(default)s / %(prog)s placeholders
         text = text % {**vars(action), "prog": "yoloq"}
+    if action.choices is not None and not action.option_strings:  # an option shows them in its name
+        text = f"{text} (one of: {', '.join(str(c) for c in action.choices)})".lstrip()
     return text
 
 
