@@ -117,7 +117,9 @@ def rest_markdown() -> str:
     lines = [_header("the FastAPI app's OpenAPI schema (`yoloq/api/app.py`)"), "# REST API reference\n",
              f"{info.get('description', '')}\n",
              "The server serves the same schema at `/openapi.json` and an interactive page at `/docs`. "
-             "An error is a JSON body `{\"detail\": ...}` with the field and the fix.\n",
+             "An error is a JSON body `{\"detail\": ...}` with the field and the fix. The same server serves "
+             "the web page (`/`, `/jobs/<job>`, `/usage`, `/rules`; see [the web page](../how-to/web-page-and-alerts.md)) "
+             "and Prometheus metrics at `/metrics` ([metrics reference](metrics.md)), outside this schema.\n",
              "| Method | Path | Summary |", "|---|---|---|"]
     operations = [(path, method, op) for path, ops in schema["paths"].items() for method, op in ops.items()]
     for path, method, op in operations:
