@@ -1,5 +1,6 @@
 # Quick start: `make demo` runs the demo, `make test` runs the tests. Both create .venv
-# and install the project when needed (pip's cache makes later installs fast).
+# and install the project when needed (pip's cache makes later installs fast). `make test-quick` runs
+# the unit and contract tests alone (no Prefect server, no training).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
