@@ -293,7 +293,8 @@ def submit_load(pool: Pool, tmp: Path, data: Path, jobs: int) -> dict[str, tuple
 
 def job_states(pool: Pool) -> dict[str, str]:
     out = pool.cli("status", "--json")
-    return {j["job_id"]: j["state"] for j in json.loads(out.stdout)} if out.returncode == 0 else {}
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]  # JSON Lines
+    return {j["job_id"]: j["state"] for j in rows} if out.returncode == 0 else {}
 
 
 def wait_load(pool: Pool, ids: dict[str, Any], timeout_s: float, echo: Any = None) -> None:

@@ -135,3 +135,8 @@ def paused_worker(stack) -> Iterator[None]:
         yield
     finally:
         os.killpg(group, signal.SIGCONT)
+
+
+def json_lines(text: str) -> list:
+    """The rows a `--json` command printed, one JSON object per line (JSON Lines)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

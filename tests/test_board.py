@@ -270,4 +270,4 @@ def _yoloq_queue_json(capsys) -> list[dict[str, Any]]:
 
     capsys.readouterr()
     assert main(["queue", "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]  # JSON Lines

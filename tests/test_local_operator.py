@@ -15,7 +15,7 @@ import sys
 
 import httpx
 import pytest
-from stack_helpers import wait_for, write_spec, yoloq
+from stack_helpers import json_lines, wait_for, write_spec, yoloq
 
 from yoloq.client.local_stack import FILE_NAME, USER_HEADER, settings_digest
 
@@ -42,7 +42,7 @@ def submitted_event(job_id: str) -> dict:
     def read() -> list[dict]:
         out = yoloq("audit", "--job", job_id, "--json")
         assert out.returncode == 0, out.stderr[-1500:]
-        return [row for row in json.loads(out.stdout) if row["event"].endswith("submitted")]
+        return [row for row in json_lines(out.stdout) if row["event"].endswith("submitted")]
 
     (event,) = wait_for(read, f"{job_id}'s submitted event", 60, every_s=1)
     return event

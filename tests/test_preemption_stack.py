@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
+from stack_helpers import freeze, json_lines, thaw, wait_final, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6
@@ -85,7 +85,7 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
     assert low_status["preemptions"] >= 1
     assert low_status["epochs_done"] == EPOCHS
 
-    history = json.loads(yoloq("history", low, "--json").stdout)
+    history = json_lines(yoloq("history", low, "--json").stdout)
     preempted = [r for r in history if r["what"] == "preempted"]
     assert preempted and urgent in preempted[0]["detail"]
     resumed = [r for r in history if r["what"] == "resumed"]

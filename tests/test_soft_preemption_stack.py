@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
+from stack_helpers import freeze, json_lines, thaw, wait_final, write_spec, yoloq
 from test_preemption_stack import submit, wait_label, wait_running
 
 EPOCHS = 3
@@ -122,7 +122,7 @@ def _assert_recorded(job_id: str, batch: int) -> None:
     expected = f"batch 64 -> {batch}, accumulate 1 -> {max(round(64 / batch), 1)}"
     assert run.data.tags["yoloq.throttled"].startswith(expected), run.data.tags
     assert run.data.tags["yoloq.reduced_batch"] == str(batch)
-    history = json.loads(yoloq("history", job_id, "--json").stdout)
+    history = json_lines(yoloq("history", job_id, "--json").stdout)
     [preempted] = [r for r in history if r["what"] == "preempted"]
     assert "throttled" in preempted["detail"] and f"-> {batch}" in preempted["detail"], preempted
     assert any(r["what"] == "resumed" and f"batch {batch}" in r["detail"] for r in history), history

@@ -60,7 +60,7 @@ def test_admin_token_and_list_show_no_secrets(home, capsys):
     assert TeamStore(store_path(home)).caller(token) == Caller("ops", "alice", True)
     assert cli.main(["team", "list", "--json"]) == 0
     captured = capsys.readouterr()
-    rows = json.loads(captured.out)
+    rows = [json.loads(line) for line in captured.out.splitlines()]  # JSON Lines
     assert [(r["team"], r["admin"], r["label"]) for r in rows] == [("ops", True, "alice")]
     assert "token_hash" not in captured.out and token not in captured.out
     assert "weights, caps and quotas are not shown" in captured.err

@@ -140,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        _flush_events()
+
+
+def _flush_events() -> None:
+    """The command's audit events sent before exit (else Prefect prints `Still processing items`)."""
+    if "prefect.events.worker" in sys.modules:
+        from yoloq.commands._client import flush_events
+
+        flush_events()
 
 
 def _silence_stdout() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from fault_helpers import (assert_job_recovered, epoch_reached, kill_segment, mlflow_runs, report,
                            running_segment, segments, submit, wait_for)
-from stack_helpers import freeze, thaw, write_spec, yoloq
+from stack_helpers import freeze, json_lines, thaw, write_spec, yoloq
 
 pytestmark = [pytest.mark.service, pytest.mark.training, pytest.mark.integration,
               pytest.mark.timeout(1500)]  # a whole job on the stack, stack start included
@@ -41,7 +41,7 @@ def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_d
     first = next(s for s in segments(job) if s.id == victim.id)
     assert first.state.is_crashed(), first.state
     assert result["trainings"] == {1: 1, 2: 1, 3: 1}, "the killed partial epoch is not a training"
-    history = json.loads(yoloq("history", job, "--json").stdout)
+    history = json_lines(yoloq("history", job, "--json").stdout)
     trained = [r for r in history if r["what"] == "trained"]
     assert [r["epoch"] for r in trained] == [1, 2, 3] and all(r["node"] for r in trained)
     assert {r["segment"] for r in trained if r["epoch"] == 1} == {str(victim.id)}

@@ -172,10 +172,21 @@ def require_weights(field: str, path: str) -> None:
     name = Path(path).name
     folder = os.environ.get(WEIGHTS_DIR_ENV)
     where = f"nor in {WEIGHTS_DIR_ENV}={folder}" if folder else f"and {WEIGHTS_DIR_ENV} is not set"
-    stem = name.removesuffix(".pt")
     raise ModelError(field, f"checkpoint not found: {path} ({where}); nothing is downloaded, yoloq runs offline",
-                     f"put {name} there or in a folder named by {WEIGHTS_DIR_ENV}, or use {stem}.yaml "
-                     "to train from scratch")
+                     f"put {name} there or in a folder named by {WEIGHTS_DIR_ENV}, or train from scratch "
+                     f"with `model: {scratch_yaml(name)}`")
+
+
+def scratch_yaml(weights_name: str) -> str:
+    """The shipped model YAML that trains the architecture of `weights_name` from scratch
+    (`yolo11s.pt` -> `yolo11s.yaml`), or `yolov8n.yaml` when the name is no shipped model
+    (`myweights.pt`: there is no `myweights.yaml`)."""
+    from yoloq.analysis.models import _find_yaml
+    from yoloq.analysis.families import parse_model_name
+
+    candidate = Path(weights_name).name.removesuffix(".pt") + ".yaml"
+    parsed = parse_model_name(candidate)
+    return candidate if parsed is not None and _find_yaml(candidate, parsed) is not None else "yolov8n.yaml"
 
 
 def _weights(spec: JobSpec) -> str:

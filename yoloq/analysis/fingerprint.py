@@ -128,7 +128,21 @@ class Fingerprint:
 
     @property
     def kind(self) -> str:
-        return "resumable" if self.resumable else "final"
+        """"resumable" (optimizer kept), "final" (its last planned epoch trained) or "weights"
+        (stripped before its last epoch: it fine-tunes, but it is not the end of a training)."""
+        if self.resumable:
+            return "resumable"
+        return "final" if not self.epochs_planned or self.epochs_done >= self.epochs_planned else "weights"
+
+    @property
+    def label(self) -> str:
+        """What it is, for people: a stripped mid-training checkpoint is never called final."""
+        of = f" of {self.epochs_planned}" if self.epochs_planned else ""
+        if self.kind == "resumable":
+            return f"resumable checkpoint at epoch {self.epochs_done}{of}"
+        if self.kind == "final":
+            return f"final checkpoint ({self.epochs_done} epochs)"
+        return f"checkpoint at epoch {self.epochs_done}{of} (weights only, not resumable)"
 
     @property
     def engine(self) -> str:
@@ -136,7 +150,8 @@ class Fingerprint:
         return engine_for(self.family)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "names": list(self.names), "kind": self.kind, "engine": self.engine}
+        return {**asdict(self), "names": list(self.names), "kind": self.kind, "label": self.label,
+                "engine": self.engine}
 
 
 def read_header(path: str | Path, field: str = "model") -> dict[str, Any]:

@@ -24,6 +24,13 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+class AlreadyDone(UserError):
+    """Nothing to do: what the command asks for is already so (cancelling a job that has ended).
+    One line like any error, but exit code 1, as `kill` of a process that has already exited."""
+
+    exit_code = 1
+
+
 class SpecError(UserError):
     """The job spec itself is invalid."""
 

@@ -57,16 +57,17 @@ class Remote:
 
 
 def http_error(response: httpx.Response, server: Server) -> UserError:
-    """One line for a refused request: the server's own field, problem and fix (the CLI's line for
-    the same mistake); a 401 names `yoloq login` as the fix."""
+    """One line for a refused request: the server's own field, problem and fix, the very line the
+    CLI prints for the same mistake (no HTTP status in it); a 401 names `yoloq login` as the fix.
+    Only a body that is not yoloq's (a proxy, an unknown route) is shown with its status."""
     status, detail = response.status_code, _detail(response)
     if status == 401:
-        return UserError("token", f"{server.url} refused the token from {server.source} (401: "
-                         f"{detail.get('problem', detail['message'])})",
+        return UserError("token", f"{server.url} refused the token from {server.source}: "
+                         f"{detail.get('problem', detail['message'])}",
                          f"run `yoloq login {server.url} --token TOKEN` with a current team token "
                          "(`yoloq team add|rotate` on the server prints one)")
     if "field" in detail:
-        return UserError(detail["field"], f"{detail['problem']} ({status})", detail.get("fix"))
+        return UserError(detail["field"], detail["problem"], detail.get("fix"))
     return UserError("server", f"{server.url} answered {status}: {detail['message']}",
                      "fix the request as the message says" if status < 500 else "see the server's log")
 

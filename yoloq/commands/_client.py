@@ -50,6 +50,22 @@ def stack_client() -> Iterator[Any]:
         yield client
 
 
+def flush_events() -> None:
+    """Wait until the audit events this process emitted have been sent; `yoloq.cli.main` calls it
+    as a command ends (not the long-lived API process, where other requests keep emitting). Left
+    queued, Prefect's
+    exit-time drain sends them but first logs `Still processing items: 1 items remaining...` on
+    stderr (`prefect._internal.concurrency.services`: a drain that finds items still queued);
+    sent here, the queue is empty at exit and the command's stderr stays clean. A send that fails
+    is still logged by Prefect's events worker (nothing is swallowed)."""
+    worker = sys.modules.get("prefect.events.worker")
+    if worker is None:  # nothing emitted an event in this process
+        return
+    for service in list(getattr(worker.EventsWorker, "_instances", {}).values()):
+        if isinstance(service, worker.EventsWorker):
+            service.wait_until_empty()
+
+
 @contextmanager
 def _pointed_at(url: str) -> Iterator[None]:
     """This process's Prefect settings point at `url`, even if prefect was imported before (its
@@ -146,15 +162,26 @@ def watch(render: Callable[[], str], interval_s: float, count: int | None) -> in
     return 0
 
 
+def add_table_arguments(parser: Any, json_help: str = "one JSON object per line (JSON Lines)") -> None:
+    """`--json` and `--wide`, for every command that prints a table."""
+    parser.add_argument("--json", action="store_true", help=json_help)
+    parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
+
+
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """One JSON value on one line (a script reads it with one `json.loads` per line)."""
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
 
 
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    if not rows:
-        return "(none)"
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+def print_json_lines(rows: list[Any]) -> None:
+    """Several rows: one JSON object per line (JSON Lines); nothing at all for no rows."""
+    for row in rows:
+        print_json(row)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], wide: bool = False) -> str:
+    """A quick table of `columns` (keys), all of equal priority: see `yoloq.views.table` for one
+    with priorities and ids that are never cut."""
+    from yoloq.views.table import Column, render
+
+    return render(rows, [Column(key) for key in columns], wide=wide)

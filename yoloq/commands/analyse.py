@@ -45,8 +45,8 @@ def summary(a: dict) -> str:
         lines.append(f"weights  starts from {a['weights']}")
     fp = a.get("fingerprint")
     if fp:
-        lines.append(f"weights  {fp['kind']} checkpoint, {fp['family']}{fp['scale']} {fp['task']}, "
-                     f"{fp['epochs_done']} epochs done, ultralytics {fp['ultralytics_version']}")
+        lines.append(f"weights  {fp['label']}, {fp['family']}{fp['scale']} {fp['task']}, "
+                     f"ultralytics {fp['ultralytics_version']}")
     lines += [f"warning  {w}" for w in a["warnings"]]
     return "\n".join(lines)
 

@@ -7,8 +7,18 @@ import re
 import sys
 from datetime import datetime, timedelta, timezone
 
-from yoloq.commands._client import backend, print_json, table
+from yoloq.commands._client import backend, print_json_lines
 from yoloq.base.errors import UserError
+from yoloq.views.table import Column, day_time, render
+
+COLUMNS = (
+    Column("occurred", "TIME (UTC)", priority=1, fmt=day_time),
+    Column("event", priority=0, min_width=13, fmt=lambda e: str(e or "").removeprefix("yoloq.")),
+    Column("job", ident=True, priority=0),
+    Column("team", priority=3),
+    Column("actor", priority=4, min_width=8),
+    Column("reason", priority=5, min_width=12, wrap=True),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team")
     parser.add_argument("--job")
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
-    parser.add_argument("--json", action="store_true", help="print the events as a JSON list")
+    parser.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
+    parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
 
 
 def parse_since(text: str) -> datetime:
@@ -41,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             rows = read_audit(where.client, since=since, job_id=args.job, team=args.team)
     if args.json:
-        print_json(rows)
+        print_json_lines(rows)
         return 0
     if args.csv:
         import pandas as pd
@@ -49,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         pd.DataFrame(rows, columns=["occurred", "event", "job", "team", "actor", "reason",
                                     "details"]).to_csv(sys.stdout, index=False)
         return 0
-    print(table(rows, ["occurred", "event", "job", "team", "actor", "reason"]))
+    print(render(rows, COLUMNS, wide=args.wide, empty="(no events)"))
     return 0

@@ -1,9 +1,11 @@
-"""`yoloq cancel JOB`: cancel a job's parent run and its active segment."""
+"""`yoloq cancel JOB`: cancel a job's parent run and its active segment. A job that has already
+ended is left as it is: one line saying so (`already ended: Completed`) and exit code 1."""
 
 from __future__ import annotations
 
 import argparse
 
+from yoloq.base.errors import AlreadyDone
 from yoloq.commands._client import backend, print_json
 
 
@@ -19,9 +21,13 @@ def run(args: argparse.Namespace) -> int:
     with backend() as where:
         if where.remote is not None:
             result = where.remote.delete(f"/jobs/{args.job}", reason=args.reason)
+            if not result["cancelling_runs"]:
+                raise already_ended(result["job_id"], where.remote.get(f"/jobs/{args.job}")["state"])
         else:
             job = find_job(where.client, args.job)
             targets = cancel_job(where.client, job, args.reason)
+            if not targets:
+                raise already_ended(job.job_id, job.state)
             result = {"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets],
                       "reason": args.reason}
     if args.json:
@@ -31,9 +37,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def already_ended(job_id: str, state: str) -> AlreadyDone:
+    return AlreadyDone("job", f"{job_id} already ended: {state}; nothing to cancel",
+                       f"see what happened with `yoloq history {job_id}`")
+
+
 def cancel_job(client, job, reason: str) -> list:
-    """Set the job's live runs (the parent, then its segments) Cancelling and record the event;
-    returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`.
+    """Set the job's live runs (the parent, then its segments) Cancelling and record the event
+    (none when no run was live: nothing was cancelled); returns the runs. Shared by `yoloq cancel` and `DELETE /v1/jobs/{id}`.
 
     The parent goes first: a segment cancelled first ends within milliseconds, its parent then
     ends Cancelled, and a forced Cancelling written after that left the parent Cancelling for
@@ -46,5 +57,6 @@ def cancel_job(client, job, reason: str) -> list:
     targets += [s for s in job.segments if s.state and not s.state.is_final()]
     for run_ in targets:
         client.set_flow_run_state(run_.id, Cancelling(message=reason), force=True)
-    emit_job_event("cancelled", job.job_id, job.team, reason=reason)
+    if targets:
+        emit_job_event("cancelled", job.job_id, job.team, reason=reason)
     return targets

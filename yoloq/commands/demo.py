@@ -7,8 +7,11 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from yoloq.views.table import Column, render
 
 DEMO_JOBS = (
     # name, team, tier, epochs, segment epochs: the low job starts first and holds the only
@@ -93,10 +96,10 @@ def _print_final(job_ids: list[str], ok: bool, stack) -> None:
 
 
 def watch(job_ids: list[str], timeout_s: float, to_stderr: bool = False) -> bool:
-    """A live progress display: one bar per job, redrawn in place."""
+    """A live progress display: one row per job, redrawn in place, fitted to the terminal."""
     from rich.console import Console
     from rich.live import Live
-    from rich.table import Table
+    from rich.text import Text
 
     from yoloq.commands._client import stack_client
     from yoloq.records.jobs import list_jobs
@@ -108,23 +111,39 @@ def watch(job_ids: list[str], timeout_s: float, to_stderr: bool = False) -> bool
         while True:
             jobs = {j.job_id: j for j in list_jobs(client)}
             now = {row["job"]: row["reason"] for row in queue_rows(client)}
-            view = Table(title="yoloq demo (one declared CPU slot)")
-            for col in ("job", "team", "tier", "state", "epochs", "segments", "preempted", "now"):
-                view.add_column(col)
-            for job_id in job_ids:
-                j = jobs.get(job_id)
-                if j is None:
-                    continue
-                bar = "#" * j.epochs_done + "." * max(0, j.epochs - j.epochs_done)
-                view.add_row(job_id, j.team, j.tier, j.state, f"[{bar}] {j.epochs_done}/{j.epochs}",
-                             str(len(j.segments)), str(j.preemptions), now.get(job_id, "")[:60])
-            live.update(view)
+            live.update(Text(f"yoloq demo (one declared CPU slot)\n{summary(job_ids, jobs, now)}"))
             finals = [jobs[i].flow_run.state.is_final() for i in job_ids if i in jobs]
             if len(finals) == len(job_ids) and all(finals):
                 return all(jobs[i].flow_run.state.is_completed() for i in job_ids)
             if time.monotonic() > deadline:
                 return False
             time.sleep(1.5)
+
+
+DEMO_COLUMNS = (
+    Column("job", ident=True, priority=0),
+    Column("state", priority=1),
+    Column("epochs", priority=1),
+    Column("tier", priority=2),
+    Column("team", priority=3),
+    Column("preempted", priority=4, right=True),
+    Column("segments", priority=5, right=True),
+    Column("now", priority=6, min_width=12),
+)
+
+
+def summary(job_ids: list[str], jobs: dict[str, Any], now: dict[str, str], width: int | None = None) -> str:
+    """The demo's table: the jobs (JobRecords by id) in submission order, with what each waits for."""
+    rows = []
+    for job_id in job_ids:
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        bar = "#" * job.epochs_done + "." * max(0, job.epochs - job.epochs_done)
+        rows.append({"job": job_id, "team": job.team, "tier": job.tier, "state": job.state,
+                     "epochs": f"[{bar}] {job.epochs_done}/{job.epochs}", "segments": len(job.segments),
+                     "preempted": job.preemptions, "now": now.get(job_id, "")})
+    return render(rows, DEMO_COLUMNS, width=width, empty="(no jobs yet)")
 
 
 def print_where_to_look(stack, job_ids: list[str]) -> None:

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import backend, print_json, table
+from yoloq.commands._client import add_table_arguments, backend, print_json_lines
 from yoloq.base.errors import UserError
+from yoloq.views.table import Column, day_time, render
+
+COLUMNS = (
+    Column("time", "TIME (UTC)", priority=1, fmt=day_time),
+    Column("what", priority=0),
+    Column("detail", priority=2, min_width=20, wrap=True),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job")
-    parser.add_argument("--json", action="store_true")
+    add_table_arguments(parser, "one JSON object per timeline row, one per line")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,21 +27,20 @@ def run(args: argparse.Namespace) -> int:
 
     with backend() as where:
         if where.remote is not None:
-            rows = _local_times(where.remote.get(f"/jobs/{args.job}")["history"])
+            rows = where.remote.get(f"/jobs/{args.job}")["history"]
         else:
             rows = job_timeline(where.client, args.job)
     if not rows:
         raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
     if args.json:
-        print_json(rows)
+        print_json_lines(rows)
     else:
-        print(table(rows, ["time", "what", "detail"]))
+        print(render(rows if args.wide else without_job_prefix(rows, args.job), COLUMNS, wide=args.wide))
     return 0
 
 
-def _local_times(rows: list[dict]) -> list[dict]:
-    """Times as the local command prints them (datetimes, not the API's ISO strings)."""
-    from datetime import datetime
+def without_job_prefix(rows: list[dict], job_id: str) -> list[dict]:
+    """Segment names shown without the job's own id (`JOB.s2.e3-8` -> `s2.e3-8`): the table is
+    that job's already, and the full names would not fit 80 columns. --wide and --json keep them."""
+    return [{**row, "detail": str(row.get("detail") or "").replace(f"{job_id}.", "")} for row in rows]
 
-    return [{**row, "time": datetime.fromisoformat(row["time"])} if isinstance(row.get("time"), str) else row
-            for row in rows]

@@ -7,32 +7,48 @@ import argparse
 from typing import Any
 
 from yoloq.commands._client import (
+    add_table_arguments,
     add_watch_arguments,
     backend,
     print_json,
-    table,
+    print_json_lines,
     watch,
 )
 from yoloq.base.errors import UserError
+from yoloq.views.table import Column, render as render_table
 
 _FIELDS = ("job_id", "team", "tier", "state", "epochs", "epochs_done", "segments", "preemptions", "flow_run_id")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", help="a job id (default: all jobs)")
-    parser.add_argument("--json", action="store_true")
+    add_table_arguments(parser, "JSON: one object for JOB, else one object per job, one per line")
     add_watch_arguments(parser)
+
+
+COLUMNS = (
+    Column("job_id", "JOB", ident=True, priority=0),
+    Column("state", priority=1),
+    Column("progress", "EPOCHS", priority=1),
+    Column("tier", priority=2),
+    Column("team", priority=3),
+    Column("preemptions", "PREEMPTED", priority=4, right=True),
+    Column("segments", priority=5, right=True),
+)
 
 
 def run(args: argparse.Namespace) -> int:
     with backend() as where:
         if args.watch:
-            return watch(lambda: render(job_rows(where, args.job), args.job), args.interval, args.count)
+            return watch(lambda: render(job_rows(where, args.job), args.wide), args.interval, args.count)
         rows = job_rows(where, args.job)
     if args.json:
-        print_json(rows[0] if args.job else rows)
+        if args.job:
+            print_json(rows[0])
+        else:
+            print_json_lines(rows)
         return 0
-    print(render(rows, args.job))
+    print(render(rows, args.wide))
     return 0
 
 
@@ -50,6 +66,6 @@ def job_rows(where: Any, job_id: str | None) -> list[dict[str, Any]]:
     return rows
 
 
-def render(rows: list[dict[str, Any]], job_id: str | None) -> str:
+def render(rows: list[dict[str, Any]], wide: bool = False) -> str:
     shown = [{**row, "progress": f"{row['epochs_done']}/{row['epochs']}"} for row in rows]
-    return table(shown, ["job_id", "team", "tier", "state", "progress", "segments", "preemptions"])
+    return render_table(shown, COLUMNS, wide=wide, empty="(no jobs)")

@@ -12,9 +12,21 @@ import argparse
 import sys
 from typing import Any
 
-from yoloq.commands._client import print_json, table
+from yoloq.commands._client import print_json, print_json_lines
 from yoloq.base.errors import UserError
 from yoloq.domain.tiers import TIER_NAMES
+from yoloq.views.table import Column, render
+
+COLUMNS = (
+    Column("team", ident=True, priority=0),
+    Column("admin", priority=1),
+    Column("weight", priority=2, right=True),
+    Column("cap", priority=2),
+    Column("quota", priority=2, min_width=10),
+    Column("token_id", "TOKEN ID", priority=3),
+    Column("label", priority=4, min_width=8),
+    Column("owner", priority=5, min_width=10),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     remove = sub.add_parser("remove", help="remove a team and its token (its jobs stay)")
     remove.add_argument("name")
     for each in (add, listing, rotate, remove):
-        each.add_argument("--json", action="store_true", help="one JSON object (add/rotate: with the token)")
+        each.add_argument("--json", action="store_true",
+                          help="JSON on one line (list: one object per team and line; add/rotate: with the token)")
+    listing.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         _tell(args.json, {"team": args.name, "removed": True},
               f"team {args.name} removed (its token no longer works; its jobs stay)")
     else:
-        _list(store, args.json)
+        _list(store, args.json, args.wide)
     return 0
 
 
@@ -119,19 +133,19 @@ def _stack_answers() -> bool:
     return healthy(current_stack())
 
 
-def _list(store, as_json: bool) -> None:
+def _list(store, as_json: bool, wide: bool = False) -> None:
     rows: list[dict[str, Any]] = [entry.public() for _, entry in sorted(store.teams().items())]
     if _stack_answers():
         _add_limits(rows)
     else:
         print("note: no stack answers, so weights, caps and quotas are not shown", file=sys.stderr)
     if as_json:
-        print_json(rows)
+        print_json_lines(rows)
         return
     for row in rows:
         quota = row.get("quota")
-        row["quota"] = f"{quota['tu']} TU/{quota['period']}" if quota else ""
-    print(table(rows, ["team", "owner", "admin", "label", "token_id", "weight", "cap", "quota"]))
+        row["quota"] = f"{quota['tu']} TU/{quota['period']}" if quota else None
+    print(render(rows, COLUMNS, wide=wide, empty="(no teams)"))
 
 
 def _add_limits(rows: list[dict[str, Any]]) -> None:

@@ -11,8 +11,17 @@ import re
 import sys
 import time
 
-from yoloq.commands._client import backend, print_json, table
+from yoloq.commands._client import backend, print_json_lines
 from yoloq.base.errors import UserError
+from yoloq.views.table import Column, render
+
+COLUMNS = (
+    Column("team", ident=True, priority=0),
+    Column("job", ident=True, priority=0),
+    Column("segments", priority=2, right=True),
+    Column("gpu_s", "GPU_S", priority=3, right=True),
+    Column("tu", "TU", priority=1, right=True, fmt=lambda tu: f"{tu:.6f}"),
+)
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -22,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", default="7d", help="window: e.g. 90m, 24h, 7d (default 7d)")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="CSV on stdout (pandas)")
-    out.add_argument("--json", action="store_true")
+    out.add_argument("--json", action="store_true", help="one JSON object per team and job, one per line")
+    parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
 
 
 def parse_since(text: str) -> float:
@@ -40,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             rows = usage_rows(window, args.team)
     if args.json:
-        print_json(rows)
+        print_json_lines(rows)
     elif args.csv:
         import pandas as pd
 
         pd.DataFrame(rows, columns=["team", "job", "segments", "gpu_s", "tu"]).to_csv(sys.stdout, index=False)
     else:
-        print(table(rows, ["team", "job", "segments", "gpu_s", "tu"]))
+        print(render(rows, COLUMNS, wide=args.wide, empty="(no usage in this window)"))
         totals: dict[str, float] = {}
         for row in rows:
             totals[row["team"]] = totals.get(row["team"], 0.0) + row["tu"]

@@ -242,7 +242,17 @@ def _first_error(exc: ValidationError) -> SpecError:
                          "make segment_epochs at most epochs, or remove it")
     if err["type"] == "missing":
         return SpecError(field, "required field is missing", f"add `{field}:` to the spec")
+    if field == "batch" and _is_autobatch(err.get("input")):
+        return SpecError("batch", f"{err['input']!r} is ultralytics' autobatch, which yoloq does not support: "
+                         "the scheduler places a job by the memory of a fixed batch, and exact resume needs "
+                         "the same batch in every segment", "give a positive batch, e.g. batch: 16")
     return SpecError(field, message, _fix_for(err))
+
+
+def _is_autobatch(value: Any) -> bool:
+    """ultralytics' autobatch: batch -1 (60% of GPU memory) or a fraction such as 0.7."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (value == -1 or 0 < value < 1))
 
 
 def _fix_for(err: dict[str, Any]) -> str | None:

@@ -30,7 +30,9 @@ def _row(view, run, state: str, position: int, board: dict[str, dict]) -> dict[s
     entry = board.get(run.name, {})
     reason = "running" if state == "running" else entry.get("reason", "waiting for the worker")
     if state == "running" and view.labels.get("yoloq.preempt") == "requested":
-        reason = f"stopping at next epoch: {view.labels.get('yoloq.preempt_reason', '')}"
+        from yoloq.views.timeline import without_epoch_claim
+
+        reason = f"stopping at next epoch: {without_epoch_claim(view.labels.get('yoloq.preempt_reason', ''))}"
     return {"position": position, "job": view.job_id, "segment": run.name, "team": view.team,
             "tier": Tier(view.tier).label, "state": state, "epoch":
             f"{view.progress_epoch}/{view.epochs}", "eta": entry.get("eta", ""),

@@ -4,6 +4,7 @@ shows twice, marked as a repeat)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -53,10 +54,26 @@ def _ending(seg: Any) -> list[dict[str, Any]]:
     when = seg.end_time or state.timestamp
     killed_victim = state.is_crashed() and labels.get("yoloq.preempt") == "requested"
     if state.name == "Preempted" or killed_victim:
-        by = labels.get("yoloq.preempted_by", "?")
-        return [_at(when, "preempted", f"by {by} at epoch {labels.get('yoloq.epoch', '?')}: "
-                                       f"{labels.get('yoloq.preempt_reason', '')}")]
+        return [_at(when, "preempted", preempted_detail(labels))]
     return [_at(when, state.name.lower(), f"{seg.name}: {state.message or ''}".strip())]
+
+
+_EPOCH_CLAIM = re.compile(r" at epoch \d+")
+
+
+def preempted_detail(labels: dict[str, Any]) -> str:
+    """"by JOB at epoch N: why", N being the epoch the job resumes after: the segment's last
+    checkpoint (`yoloq.epoch`, written at the boundary where it stopped, as its own log says).
+    The scheduler's reason was written when it asked, from the checkpoint it knew then (with
+    periodic checkpoints, epochs before the stop): its epoch is left out, so one number is shown."""
+    by = labels.get("yoloq.preempted_by", "?")
+    why = without_epoch_claim(labels.get("yoloq.preempt_reason", ""))
+    return f"by {by} at epoch {labels.get('yoloq.epoch', '?')}" + (f": {why}" if why else "")
+
+
+def without_epoch_claim(reason: str) -> str:
+    """A scheduler reason without its " at epoch N" (the epoch it expected the stop at)."""
+    return _EPOCH_CLAIM.sub("", reason)
 
 
 def _at(when: Any, what: str, detail: str) -> dict[str, Any]:
