@@ -27,7 +27,7 @@ share_client_tls_context()
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
 from work_pools.segments import segment_plan  # noqa: E402
-from yoloq.base import settings  # noqa: E402
+from yoloq.base import stores  # noqa: E402
 from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     crash mid-epoch, during evaluate/export, a restarted parent) the next segment starts
     from the state that exists: a finished checkpoint only needs finalising. Segments that
     crash are queued again after a backoff; the count resets whenever the job progresses."""
-    store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
+    store = patiently(stores.checkpoint_store, "loading the checkpoint store", logger)
     guard = ParentGuard(job_id, logger)
     announced = job.tier in ANNOUNCED_TIERS  # as submitted: the tags the scheduler reads
     failures, progress, last, throttle = 0, None, None, None
@@ -98,8 +98,8 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.is_completed() or state.name == "Preempted" or _killed_victim(run):
-            continue  # the loop top reads where it got to; a preempted job queues again
+        if state.is_completed() or state.name in ("Preempted", "Drained") or _killed_victim(run):
+            continue  # the loop top reads where it got to; a preempted (or drained) job queues again
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         if state.is_crashed():
@@ -173,7 +173,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: dict[s
         return _wait_final(live[0].id, logger)
     name, key = segment_identity(job_id, done, target, earlier)
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
-        settings.SEGMENT_DEPLOYMENT,
+        stores.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
                     "plan": plan, **({"mlflow_params": params} if params else {})},
         work_queue_name=job.tier.queue,
@@ -245,7 +245,7 @@ class ParentGuard:
         import uuid
 
         self.job_id, self.logger = job_id, logger
-        self.token = f"{uuid.uuid4().hex[:12]}@{settings.node_name()}:{os.getpid()}"
+        self.token = f"{uuid.uuid4().hex[:12]}@{stores.node_name()}:{os.getpid()}"
         self.run_id = current_run.get_id()
         if self.run_id:
             patiently(self._write, "writing the job's parent token", logger)
@@ -303,18 +303,18 @@ def _current_tier(job: JobSpec, logger) -> JobSpec:
 
 def _killed_victim(run) -> bool:
     """A preemption victim killed after its grace time ends Crashed, not Preempted."""
-    return bool(run.state.is_crashed() and (run.labels or {}).get(settings.PREEMPT_LABEL) == "requested")
+    return bool(run.state.is_crashed() and (run.labels or {}).get(stores.PREEMPT_LABEL) == "requested")
 
 
 def _finalised(job_id: str) -> bool:
     """True once a segment has evaluated, exported and ended the job's MLflow run: it says so
-    in a label of its run (`settings.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
+    in a label of its run (`stores.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
     from prefect.client.orchestration import get_client
 
     from yoloq.records.jobs import newest_segments
 
     with get_client(sync_client=True) as client:
-        return any((run.labels or {}).get(settings.FINALISED_LABEL) for run in newest_segments(client, job_id))
+        return any((run.labels or {}).get(stores.FINALISED_LABEL) for run in newest_segments(client, job_id))
 
 
 def _submitted_at() -> float | None:

@@ -61,7 +61,7 @@ def mark_finalised() -> None:
     from prefect.runtime import flow_run
 
     from flows.recovery import patiently
-    from yoloq.base.settings import FINALISED_LABEL
+    from yoloq.base.stores import FINALISED_LABEL
 
     run_id = flow_run.get_id()
     if run_id is None:  # called outside a flow run (a test calling in)

@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import MutableMapping
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 CLIENT_ENV = "PREFECT_API_AUTH_STRING"
 SERVER_ENV = "PREFECT_SERVER_API_AUTH_STRING"
@@ -21,7 +22,7 @@ _ACCEPTED: set[tuple[str, str]] = set()  # (API URL, credentials) already accept
 
 
 def cluster_profile(env: MutableMapping[str, str]) -> bool:
-    return (env.get("YOLOQ_PROFILE") or env.get("PREFECT_PROFILE")) == "cluster"
+    return (settings().profile or env.get("PREFECT_PROFILE")) == "cluster"
 
 
 def prepare_server_host(env: MutableMapping[str, str]) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import logging
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -46,6 +45,7 @@ from mlflow.utils.validation import (  # noqa: E402
 )
 
 from yoloq.base.paths import state_paths  # noqa: E402
+from yoloq.settings import settings  # noqa: E402
 
 TAG_JOB_ID = "yoloq.job_id"
 TAG_TEAM = "yoloq.team"
@@ -336,7 +336,7 @@ def retrying(what: str, fn: Any, limit_s: float | None = None) -> Any:
     raised. Anything else (a bad request, a missing run) is raised at once."""
     from yoloq.base.retry import retry_transient
 
-    limit = float(os.environ.get(RETRY_ENV) or DEFAULT_RETRY_S) if limit_s is None else limit_s
+    limit = settings().mlflow_retry_s if limit_s is None else limit_s
     return retry_transient(fn, f"MLflow: {what}", is_transient, _LOG.warning, limit, max_delay_s=15.0)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from work_pools import ledger as L
+from work_pools import usage_state as L
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import Policy, Quota
 from work_pools.scheduling import WorkerPolicy, build_snapshot, schedule, waiting_since

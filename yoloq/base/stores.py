@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from yoloq.base.paths import state_paths
+from yoloq.settings import settings
 
 CHECKPOINT_BLOCK = "yoloq-checkpoints"
 MLFLOW_BLOCK = "yoloq-mlflow"
@@ -36,11 +37,11 @@ class StoreUnavailable(RuntimeError):
 def node_name() -> str:
     import socket
 
-    return os.environ.get(NODE_ENV) or socket.gethostname()
+    return settings().node_name or socket.gethostname()
 
 
 def _shared_profile() -> bool:
-    return (os.environ.get("YOLOQ_PROFILE") or os.environ.get("PREFECT_PROFILE")) == "cluster"
+    return (settings().profile or os.environ.get("PREFECT_PROFILE")) == "cluster"
 
 
 def checkpoint_store():
@@ -50,7 +51,7 @@ def checkpoint_store():
     block = _saved(CheckpointStore, CHECKPOINT_BLOCK, "checkpoint store")
     if block is not None:
         return block
-    uri = os.environ.get("YOLOQ_CHECKPOINT_URI")
+    uri = settings().checkpoint_uri
     if uri:
         return store_from_uri(uri)
     if _shared_profile():
@@ -65,12 +66,12 @@ def mlflow_tracking_uri() -> tuple[str, str]:
     from blocks.mlflow import MlflowLocation
 
     block = _saved(MlflowLocation, MLFLOW_BLOCK, "MLflow location")
-    experiment = os.environ.get("YOLOQ_MLFLOW_EXPERIMENT", "yoloq")
+    experiment = settings().mlflow_experiment
     if block is not None:
         experiment = block.experiment
         if block.tracking_uri:
             return block.tracking_uri, experiment
-    uri = os.environ.get("YOLOQ_MLFLOW_URI")
+    uri = settings().mlflow_uri
     if uri:
         return uri, experiment
     if _shared_profile():

@@ -1,5 +1,5 @@
-"""What the policy reads about the past, as plain frozen data: fair-share usage, quota
-spend, and per job the service attained (LAS) and the intervals it held GPUs.
+"""Usage so far: what the policy reads about the past, as plain frozen data: fair-share
+usage, quota spend, and per job the service attained (LAS) and the intervals it held GPUs.
 
 It is built fresh each pass from the segment runs' own records in Prefect
 (`work_pools.usage.ledger_state`); nothing here is persisted by a node. The
@@ -25,14 +25,14 @@ class JobUsage:
 
 
 @dataclass(frozen=True)
-class LedgerState:
+class UsageState:
     usage: UsageLedger = field(default_factory=UsageLedger)
     jobs: dict[str, JobUsage] = field(default_factory=dict)
     notified: dict[str, float] = field(default_factory=dict)  # breach key -> when notified
     polled_at: float | None = None
 
 
-def held_window_s(state: LedgerState, job_id: str, now: float, window_s: float) -> float:
+def held_window_s(state: UsageState, job_id: str, now: float, window_s: float) -> float:
     """Seconds `job_id` held a GPU within the last `window_s` (the 70% rule)."""
     usage = state.jobs.get(job_id)
     if usage is None:
@@ -41,17 +41,17 @@ def held_window_s(state: LedgerState, job_id: str, now: float, window_s: float) 
     return sum(max(0.0, min(b, now) - max(a, start)) for a, b in usage.held)
 
 
-def attained_gpu_s(state: LedgerState, job_id: str) -> float:
+def attained_gpu_s(state: UsageState, job_id: str) -> float:
     usage = state.jobs.get(job_id)
     return usage.attained_gpu_s if usage else 0.0
 
 
-def last_held_at(state: LedgerState, job_id: str) -> float | None:
+def last_held_at(state: UsageState, job_id: str) -> float | None:
     usage = state.jobs.get(job_id)
     return usage.last_held_at if usage else None
 
 
-def period_spend(state: LedgerState, now: float, policy: Policy) -> dict[str, float]:
+def period_spend(state: UsageState, now: float, policy: Policy) -> dict[str, float]:
     """Each team's spend in the quota period holding `now` (0 once a new period began)."""
     then = state.usage.updated_at
     return {team: spent for team, spent in state.usage.period_tu.items()

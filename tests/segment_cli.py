@@ -1,4 +1,4 @@
-"""Run one segment as its own process: `python -m yoloq.engine.segment_cli ...`.
+"""Run one segment as its own process: `python tests/segment_cli.py ...` (a test and bench helper).
 
 Prints progress like ultralytics; writes the SegmentResult and the per-epoch
 metrics as JSON to `--result` (for a worker or a test that started the process).
@@ -44,7 +44,7 @@ class RecordingHooks:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m yoloq.engine.segment_cli",
+    parser = argparse.ArgumentParser(prog="python tests/segment_cli.py",
                                      description="Train one resumable segment of a job.")
     parser.add_argument("--spec", required=True, type=Path, help="job spec (YAML or JSON)")
     parser.add_argument("--workdir", required=True, type=Path, help="scratch folder (save_dir)")
