@@ -248,10 +248,24 @@ def job_spec_markdown() -> str:
 
 # --- the registry -----------------------------------------------------------------------------
 
+def settings_markdown() -> str:
+    from yoloq.settings import reference_markdown
+
+    return reference_markdown()
+
+
+def metrics_markdown() -> str:
+    from yoloq.api.metrics_doc import render_markdown
+
+    return render_markdown()
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "docs/reference/cli.md": cli_markdown,
     "docs/reference/rest-api.md": rest_markdown,
     "docs/reference/job-spec.md": job_spec_markdown,
+    "docs/reference/settings.md": settings_markdown,
+    "docs/reference/metrics.md": metrics_markdown,
 }
 
 
