@@ -197,6 +197,7 @@ def read_history() -> list[dict[str, Any]]:
     return asyncio.run(go())
 
 
+@pytest.mark.service
 def test_board_is_published_on_change_and_read_by_yoloq_queue(future_segments, capsys):
     from work_pools.segments import segment_view
 

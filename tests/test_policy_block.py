@@ -103,6 +103,7 @@ def prefect_api(yoloq_stack):
         yield yoloq_stack
 
 
+@pytest.mark.service
 def test_env_beats_the_saved_block_key_by_key(prefect_api, monkeypatch):
     """Explicit beats stored: YOLOQ_MIN_RUNTIME_S wins over the block's min_runtime_s, every
     other key keeps the block's value, and each key says where it came from. Saved under a

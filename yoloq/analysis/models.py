@@ -42,7 +42,7 @@ from yoloq.analysis.families import (  # the lower layer, shared with fingerprin
 from yoloq.analysis.fingerprint import fingerprint, read_header
 from yoloq.base.errors import ModelError
 
-# Tasks the engines do not train (see docs/sections/35-model-families.md).
+# Tasks the engines do not train (see docs/concepts/model-families.md).
 UNTRAINED_TASKS = {
     "segment": "segmentation", "pose": "pose", "obb": "oriented-box (OBB)", "classify": "classification",
     "semantic": "semantic segmentation", "depth": "depth",
