@@ -185,7 +185,7 @@ def check_supported(field: str, name: str, family: str, task: str, head: str) ->
     if task != "detect":
         label = UNTRAINED_TASKS.get(task, task)
         raise ModelError(field, f"{name!r} is a {label} model; yoloq's engines train detection models only "
-                         "(segment, pose and OBB are refused: see the README, Model families)",
+                         "(segment, pose and OBB are refused: see docs/concepts/model-families.md)",
                          "use a detect model such as yolov8n.yaml or yolo11n.yaml")
     if family not in MODEL_SIZES:
         raise ModelError(field, f"{name!r} is a {family} model, which yoloq does not support",

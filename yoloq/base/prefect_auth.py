@@ -34,7 +34,7 @@ def prepare_server_host(env: MutableMapping[str, str]) -> None:
     if ":" not in server:
         raise UserError(SERVER_ENV, "is not set (as user:password); the cluster profile's Prefect API "
                         "must require credentials", f"export {SERVER_ENV}=admin:$(openssl rand -hex 16) "
-                        "on the server host (see the README's cluster runbook)")
+                        "on the server host (see docs/how-to/cluster.md)")
     if client and client != server:
         raise UserError(CLIENT_ENV, f"differs from {SERVER_ENV} on the server host",
                         f"unset {CLIENT_ENV} there (it defaults to {SERVER_ENV}) or make them equal")
