@@ -1,10 +1,13 @@
 # Quick start: `make demo` runs the demo, `make test` runs the tests. Both create .venv
-# and install the project when needed (pip's cache makes later installs fast).
+# and install the project when needed (pip's cache makes later installs fast). `make test-quick` runs
+# the unit and contract tests alone (no Prefect server, no training).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
+# The quick tier: unit and contract tests, no Prefect server, no training, no external services.
+QUICK_MARKERS := not service and not integration and not training
 
-.PHONY: install demo test up down bench clean
+.PHONY: install demo test test-quick docs-reference up down bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +22,12 @@ demo: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-quick: install
+	$(PY) -m pytest -n 2 -m "$(QUICK_MARKERS)"
+
+docs-reference: install
+	$(PY) -m yoloq.ops.reference
 
 up: install
 	$(VENV)/bin/yoloq up

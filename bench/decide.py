@@ -29,7 +29,7 @@ from dataclasses import replace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from work_pools.policy import Policy, Quota, Segment, Snapshot, decide  # noqa: E402
-from work_pools.policy.builders import make_gpus  # noqa: E402
+from tests.builders import make_gpus  # noqa: E402
 from yoloq.domain.tiers import Tier  # noqa: E402
 
 NOW = 1_000_000.0
@@ -102,12 +102,14 @@ def _baseline(folder: str, waiting: int, gpus: int, nodes: int):
     """The other copy's `decide` and its own snapshot types (on one node if it has none)."""
     import importlib
 
-    for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq")]:
+    for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq", "tests")]:
         del sys.modules[name]
     sys.path.insert(0, folder)
     try:
         old = importlib.import_module("work_pools.policy")
-        builders = importlib.import_module("work_pools.policy.builders")
+        builders = importlib.import_module(  # older copies kept the builders in the product
+            "tests.builders" if (Path(folder) / "tests" / "builders.py").exists()
+            else "work_pools.policy.builders")
         globals_backup = dict(globals())
         globals().update(Policy=old.Policy, Quota=old.Quota, Segment=old.Segment,
                          Snapshot=old.Snapshot, make_gpus=builders.make_gpus)
@@ -117,7 +119,7 @@ def _baseline(folder: str, waiting: int, gpus: int, nodes: int):
         return old.decide, snapshot, policy
     finally:
         sys.path.remove(folder)
-        for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq")]:
+        for name in [m for m in sys.modules if m.split(".")[0] in ("work_pools", "yoloq", "tests")]:
             del sys.modules[name]
 
 

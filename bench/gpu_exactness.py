@@ -2,7 +2,7 @@
 
     python bench/gpu_exactness.py [--device 0] [--images 64] [--imgsz 320] [--epochs 3]
 
-Each run is a fresh `python -m yoloq.engine.segment_cli` process (what a segment runs); the
+Each run is a fresh `python tests/segment_cli.py` process (what a segment runs); the
 segmented run's checkpoint is moved to another folder before it resumes. The two one-go runs
 show whether the device is deterministic run to run at all (CUDA: ultralytics'
 `deterministic=True` calls `torch.use_deterministic_algorithms(True, warn_only=True)` and the
@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+SEGMENT_CLI = Path(__file__).resolve().parents[1] / "tests" / "segment_cli.py"  # a test helper
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 WARNING = "does not have a deterministic implementation"
@@ -31,7 +33,7 @@ def segment(spec: Path, workdir: Path, stop_after: int, device: str,
             resume_from: Path | None = None) -> tuple[Path, int]:
     """One segment process; (its checkpoint, deterministic-kernel warnings it printed)."""
     result = workdir.with_suffix(".json")
-    cmd = [sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec), "--workdir",
+    cmd = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec), "--workdir",
            str(workdir), "--stop-after", str(stop_after), "--result", str(result), "--device", device]
     if resume_from is not None:
         cmd += ["--resume-from", str(resume_from)]

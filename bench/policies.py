@@ -4,11 +4,13 @@ shape, then the goals of issue 13 checked on every shape.
     python bench/policies.py [--jobs 800] [--seed 0] [--cluster 8xA100-80GB,8xV100-32GB]
                              [--shapes light,overloaded,...] [--markdown] [--ablation]
 
-Policies: the baselines fifo, priority, las; yoloq (the tuned preset), yoloq-defaults
-(`Policy()` as the live worker gets it without settings) and yoloq-soft (soft
-preemption on). Rows are sorted by average JCT (strongest first).
+Policies: the baselines fifo, priority, las; yoloq (`Policy()`, the default the live
+scheduler gets without settings); the variants yoloq-1h-aging (the previous defaults)
+and yoloq-soft (soft preemption on). Rows are sorted by average JCT (strongest first).
 
-Columns: average / p99 JCT (hours); urgent and low p99 queueing delay (seconds /
+Columns: average JCT (hours) and over LAS's; p99 JCT (hours); makespan (thousands of
+seconds); per-team finish-time fairness (the worst team's total JCT over its total JCT
+on an equal share, and the worst team's p95 job rho); urgent and low p99 queueing delay (seconds /
 hours); Themis finish-time fairness max and p95 (N = jobs in the system over the
 job's life); max slowdown; Jain's index; GPU utilisation; GPU-hours idle while a
 waiting job would have fitted; preemptions and throttles per job; ETA 80%
@@ -17,7 +19,9 @@ brackets); replay seconds.
 
 `--ablation` instead replays the overloaded shape with yoloq's changes switched on one
 at a time (what each bought), from the previous yoloq (tiers, 1 h aging, teams taking
-turns, submission order inside a team, strict minimum runtime).
+turns, submission order inside a team, strict minimum runtime, no critical path), then
+the default without its minimum runtime (what the anti-thrash rule is worth) and with soft
+preemption.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from work_pools.policy.baselines import POLICIES, VARIANTS, yoloq  # noqa: E402
 from work_pools.simulate import (REFERENCE_CLUSTER, SHAPES, make_trace, parse_cluster,  # noqa: E402
                                  simulate, summarise)
 
-HEADER = ("policy", "avgJCT h", "p99JCT h", "urg p99 s", "low p99 h", "themis max", "themis p95",
+HEADER = ("policy", "avgJCT h", "vs LAS", "p99JCT h", "makespan ks", "team FTF max",
+          "team FTF p95", "urg p99 s", "low p99 h", "themis max", "themis p95",
           "max slowdown", "jain", "util", "idle-waiting GPUh", "preempt/job", "throttle/job",
           "ETA cov80 (raw)", "ETA err (raw)", "sim s")
 BASELINES = ("fifo", "priority", "las")
@@ -47,10 +52,12 @@ def _f(value, digits=2):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def row(s: dict, wall: float) -> tuple:
+def row(s: dict, wall: float, las_jct_s: float | None = None) -> tuple:
     waits = s["wait_p99_s_by_tier"]
     urgent = waits.get("urgent")
-    return (s["policy"], _h(s["avg_jct_s"]), _h(s["p99_jct_s"]),
+    vs_las = "-" if not las_jct_s else f"{s['avg_jct_s'] / las_jct_s:.2f}x"
+    return (s["policy"], _h(s["avg_jct_s"]), vs_las, _h(s["p99_jct_s"]),
+            f"{s['makespan_s'] / 1000:.0f}", _f(s["team_ftf_max"]), _f(s["team_ftf_p95"], 1),
             "-" if urgent is None else f"{urgent:.0f}", _h(waits.get("low")),
             _f(s["themis_max_rho"], 1), _f(s["themis_p95_rho"], 1), _f(s["max_slowdown"], 0),
             _f(s["jain"]), _f(s["utilization"], 3), _h(s["idle_while_waiting_gpu_s"]),
@@ -96,39 +103,43 @@ def _table(rows: list[tuple], markdown: bool) -> str:
 
 def run_shape(shape: str, args, gpus) -> tuple[list[tuple], dict[str, dict]]:
     trace = make_trace(shape, args.jobs, args.seed, cluster=args.cluster)
-    results, rows = {}, []
+    results, walls = {}, {}
     for name, make in {**POLICIES, **VARIANTS}.items():
         start = time.perf_counter()
-        summary = summarise(simulate(trace, gpus, make()))
-        wall = time.perf_counter() - start
-        results[name] = summary
-        rows.append((summary["avg_jct_s"], row(summary, wall)))
-        print(f"  {shape} {name}: {wall:.0f} s", file=sys.stderr, flush=True)
-    return [r for _, r in sorted(rows, key=lambda r: r[0])], results
+        results[name] = summarise(simulate(trace, gpus, make()))
+        walls[name] = time.perf_counter() - start
+        print(f"  {shape} {name}: {walls[name]:.0f} s", file=sys.stderr, flush=True)
+    las_jct = results["las"]["avg_jct_s"]
+    rows = sorted((s["avg_jct_s"], row(s, walls[n], las_jct)) for n, s in results.items())
+    return [r for _, r in rows], results
 
 
+_BEFORE_TAIL = dict(critical_path_share=0.0, backfill_reservations=False)
 ABLATION = (
     ("previous yoloq", dict(within_rank="submit", fair_share_mode="turns", aging_step_s=3600.0,
-                            urgent_overrides_min_runtime=False)),
+                            urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
     ("+ SRPT within a rank", dict(fair_share_mode="turns", aging_step_s=3600.0,
-                                  urgent_overrides_min_runtime=False)),
+                                  urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
     ("+ fair share as an SRPT weight", dict(aging_step_s=3600.0,
-                                            urgent_overrides_min_runtime=False)),
-    ("+ 5-minute tier aging", dict(urgent_overrides_min_runtime=False)),
-    ("+ urgent overrides min runtime (= yoloq)", {}),
-    ("+ soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
+                                            urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
+    ("+ 5-minute tier aging", dict(urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
+    ("+ urgent overrides min runtime", dict(_BEFORE_TAIL)),
+    ("+ critical path first, on the fastest GPUs", dict(backfill_reservations=False)),
+    ("+ gang reservations (= yoloq, the default)", {}),
+    ("yoloq with min_runtime_s=0 (no anti-thrash)", dict(min_runtime_s=0.0)),
+    ("yoloq + soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
 )
 
 
 def ablation(args, gpus) -> None:
     trace = make_trace("overloaded", args.jobs, args.seed, cluster=args.cluster)
     rows = []
+    las_jct = summarise(simulate(trace, gpus, POLICIES["las"]()))["avg_jct_s"]
     for label, changes in ABLATION:
         start = time.perf_counter()
         summary = summarise(simulate(trace, gpus, yoloq(**changes)))
-        rows.append((label, *row(summary, time.perf_counter() - start)[1:]))
+        rows.append((label, *row(summary, time.perf_counter() - start, las_jct)[1:]))
         print(f"  {label}: {rows[-1][-1]} s", file=sys.stderr, flush=True)
-    las_jct = summarise(simulate(trace, gpus, POLICIES["las"]()))["avg_jct_s"]
     print(f"### overloaded ({len(trace)} jobs): yoloq's changes one at a time "
           f"(LAS avg JCT {las_jct / 3600:.2f} h)\n")
     print(_table(rows, args.markdown))

@@ -3,7 +3,7 @@
     python bench/yolov5_resume.py [--epochs 8] [--stop 6] [--split 5] [--batch 8] [--images 16]
 
 Trains yolov5n (the yolov5 package's YAML, synthetic shapes at 64 px, CPU) through
-yoloq's yolov5 engine twice, each segment a fresh `python -m yoloq.engine.segment_cli`
+yoloq's yolov5 engine twice, each segment a fresh `python tests/segment_cli.py`
 process: epochs [0, stop) in one segment, and [0, split) + [split, stop). Prints
 max |dw| of the fp32 model, EMA and SGD momentum after `stop` epochs, and yolov5's
 `accumulate` at the split (exactness.accumulate_at: 1 means the boundary is exact).
@@ -27,9 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from yoloq.engine.yolov5.exactness import accumulate_at
 from yoloq.datasets.synth import synth_dataset
 
+SEGMENT_CLI = Path(__file__).resolve().parents[1] / "tests" / "segment_cli.py"  # a test helper
+
 
 def segment(spec: Path, workdir: Path, stop: int, resume: Path | None = None) -> Path:
-    argv = [sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec), "--workdir", str(workdir),
+    argv = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec), "--workdir", str(workdir),
             "--stop-after", str(stop)] + (["--resume-from", str(resume)] if resume else [])
     subprocess.run(argv, check=True, capture_output=True)
     return workdir / "weights" / "last.pt"

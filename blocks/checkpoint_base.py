@@ -32,6 +32,8 @@ from typing import Any, Iterable
 from prefect.blocks.core import Block
 from pydantic import Field
 
+from yoloq.settings import settings
+
 logger = logging.getLogger("yoloq.checkpoints")
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -44,11 +46,7 @@ DEFAULT_RETRY_S = 120.0
 
 def store_retry_limit_s() -> float:
     """How long a checkpoint save is retried before the segment gives up (the documented limit)."""
-    raw = os.environ.get(RETRY_ENV)
-    try:
-        return float(raw) if raw else DEFAULT_RETRY_S
-    except ValueError:
-        raise ValueError(f"{RETRY_ENV}={raw!r} is not a number of seconds") from None
+    return settings().store_retry_s
 
 
 class MissingObject(Exception):

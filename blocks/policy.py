@@ -1,28 +1,36 @@
 """The scheduling policy as a Prefect Block (`yoloq-policy`), so admins edit it in the UI.
 
-Resolution (`resolve_policy_settings`; the worker repeats it every 30 s): the saved block when the
-API has one, else environment overrides (`YOLOQ_MIN_RUNTIME_S`, `YOLOQ_GRACE_S`,
-`YOLOQ_GRACE_EPOCHS`, `YOLOQ_TIER_CAPS="team=high,..."`), else the defaults of
-`work_pools.policy.Policy`. A saved block wins over the environment entirely, so
-what the UI shows is what the worker uses.
+One source of defaults: `work_pools.policy.Policy` (and `PolicySettings` for the two grace
+knobs the node agent applies). The block's defaults and its conversion to and from a Policy
+are derived from them; every key of the block can be overridden by one environment variable,
+declared in `yoloq.settings` (`min_runtime_s` -> `YOLOQ_MIN_RUNTIME_S`, `min_grace_s` ->
+`YOLOQ_GRACE_S`).
+
+Resolution (`resolve_policy_settings`; the scheduler repeats it every 30 s), key by key:
+an environment variable set for this process (the stack's processes inherit what `yoloq up`
+had) beats the saved block, which beats the defaults. Explicit beats stored. `YOLOQ_TIER_CAPS`
+merges team by team over the block's caps. Each key's source is reported (`sources`), so
+`yoloq up`, `yoloq policy show` and `GET /v1/policy` say where every value came from.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from prefect.blocks.core import Block
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from blocks.saved import load_saved
 from work_pools.policy.model import Policy, Quota
 from yoloq.domain.tiers import Tier
+from yoloq.settings import SettingsError, policy_overrides, settings
 
 POLICY_BLOCK = "yoloq-policy"
 DEFAULT_MIN_GRACE_S = 60.0
 DEFAULT_GRACE_EPOCHS = 2.0
+GRACE_KEYS = ("min_grace_s", "grace_epochs")  # the node agent's knobs, not Policy fields
+DEFAULT_SOURCE = "default"
 _DEFAULTS = Policy()
 
 
@@ -110,36 +118,41 @@ class SchedulingPolicy(Block):
         return {team: Tier.parse(tier).label for team, tier in value.items()}
 
     def to_policy(self) -> Policy:
-        return Policy(
-            team_weights=dict(self.team_weights),
-            quotas={team: Quota(q.tu, q.period) for team, q in self.quotas.items()},
-            tier_caps={team: Tier.parse(t) for team, t in self.tier_caps.items()},
-            default_tier_cap=Tier.parse(self.default_tier_cap),
-            min_runtime_s=self.min_runtime_s, aging_step_s=self.aging_step_s,
-            long_job_share=self.long_job_share, long_job_window_s=self.long_job_window_s,
-            share_gpus=self.share_gpus, allow_reduced_batch=self.allow_reduced_batch,
-            usage_half_life_s=self.usage_half_life_s, within_rank=self.within_rank,
-            fair_share_mode=self.fair_share_mode, soft_preemption=self.soft_preemption,
-            urgent_overrides_min_runtime=self.urgent_overrides_min_runtime)
+        """The pure policy: every block key that is a Policy field, tiers and quotas typed."""
+        values = {k: v for k, v in self.values().items() if k not in GRACE_KEYS}
+        values["quotas"] = {team: Quota(q["tu"], q["period"]) for team, q in values["quotas"].items()}
+        values["tier_caps"] = {team: Tier.parse(t) for team, t in values["tier_caps"].items()}
+        values["default_tier_cap"] = Tier.parse(values["default_tier_cap"])
+        return Policy(**values)
 
     @classmethod
-    def from_settings(cls, settings: PolicySettings) -> SchedulingPolicy:
+    def from_settings(cls, resolved: PolicySettings) -> SchedulingPolicy:
         """A block holding what a worker uses now (so saving it changes nothing else)."""
-        p = settings.policy
-        return cls(team_weights=dict(p.team_weights),
-                   quotas={t: TeamQuota(tu=q.tu, period=q.period) for t, q in p.quotas.items()},
-                   tier_caps={t: c.label for t, c in p.tier_caps.items()},
-                   default_tier_cap=p.default_tier_cap.label, min_runtime_s=p.min_runtime_s,
-                   aging_step_s=p.aging_step_s, long_job_share=p.long_job_share,
-                   long_job_window_s=p.long_job_window_s, share_gpus=p.share_gpus,
-                   allow_reduced_batch=p.allow_reduced_batch, usage_half_life_s=p.usage_half_life_s,
-                   within_rank=p.within_rank, fair_share_mode=p.fair_share_mode,
-                   soft_preemption=p.soft_preemption,
-                   urgent_overrides_min_runtime=p.urgent_overrides_min_runtime,
-                   min_grace_s=settings.min_grace_s, grace_epochs=settings.grace_epochs)
+        return cls(**policy_values(resolved))
 
-    def to_settings(self, source: str) -> PolicySettings:
-        return PolicySettings(self.to_policy(), self.min_grace_s, self.grace_epochs, source)
+    def values(self) -> dict[str, Any]:
+        """The policy keys and their values (without the Block's own fields)."""
+        return self.model_dump(include=set(policy_keys()))
+
+    def to_settings(self, source: str, sources: dict[str, str] | None = None) -> PolicySettings:
+        return PolicySettings(self.to_policy(), self.min_grace_s, self.grace_epochs, source,
+                              dict(sources or {}))
+
+
+def policy_keys() -> tuple[str, ...]:
+    """The keys an admin may set (the block's fields), in the block's order."""
+    return tuple(k for k in SchedulingPolicy.model_fields if k not in Block.model_fields)
+
+
+def policy_values(resolved: PolicySettings) -> dict[str, Any]:
+    """The block's keys as plain values (tiers by label, quotas as dicts) of a resolved policy."""
+    p = resolved.policy
+    values: dict[str, Any] = {k: getattr(p, k) for k in policy_keys() if k not in GRACE_KEYS}
+    values["quotas"] = {t: {"tu": q.tu, "period": q.period} for t, q in p.quotas.items()}
+    values["tier_caps"] = {t: c.label for t, c in p.tier_caps.items()}
+    values["default_tier_cap"] = p.default_tier_cap.label
+    values["team_weights"] = dict(p.team_weights)
+    return {**values, "min_grace_s": resolved.min_grace_s, "grace_epochs": resolved.grace_epochs}
 
 
 @dataclass(frozen=True)
@@ -149,16 +162,28 @@ class PolicySettings:
     policy: Policy = field(default_factory=Policy)
     min_grace_s: float = DEFAULT_MIN_GRACE_S
     grace_epochs: float = DEFAULT_GRACE_EPOCHS
-    source: str = "defaults"  # "block <name>", "environment" or "defaults"
+    source: str = "defaults"  # "defaults", "block <name>", "environment", "block <name> + environment"
+    sources: dict[str, str] = field(default_factory=dict, compare=False)  # key -> default|block <name>|env VAR
+
+    def source_of(self, key: str) -> str:
+        return self.sources.get(key, DEFAULT_SOURCE)
 
 
 def resolve_policy_settings(block_name: str | None = None) -> PolicySettings:
-    """Saved block, else environment overrides, else defaults."""
-    name = block_name or os.environ.get("YOLOQ_POLICY_BLOCK") or POLICY_BLOCK
+    """Key by key: this process's environment overrides, else the saved block, else the defaults."""
+    name = block_name or settings().policy_block
     block = saved_block(name)
-    if block is not None:
-        return block.to_settings(f"block {name}")
-    return settings_from_env()
+    stored = f"block {name}" if block is not None else DEFAULT_SOURCE
+    values = (block or SchedulingPolicy()).values()
+    sources = {key: stored for key in values}
+    overrides = env_overrides()
+    for key, (env, value) in overrides.items():
+        values[key] = {**values[key], **value} if key == "tier_caps" else value
+        sources[key] = f"env {env}" if key != "tier_caps" or block is None else f"{stored} + env {env}"
+    effective = _validated(values, overrides) if overrides else (block or SchedulingPolicy())
+    summary = " + ".join(filter(None, (f"block {name}" if block is not None else "",
+                                       "environment" if overrides else ""))) or "defaults"
+    return effective.to_settings(summary, sources)
 
 
 def load_policy(block_name: str | None = None) -> Policy:
@@ -170,23 +195,53 @@ def saved_block(name: str = POLICY_BLOCK) -> SchedulingPolicy | None:
     return load_saved(SchedulingPolicy, name)
 
 
-def tier_caps() -> dict[str, Tier]:
-    """Parse `YOLOQ_TIER_CAPS` (the caps when no block is saved)."""
+def env_overrides() -> dict[str, tuple[str, Any]]:
+    """Policy key -> (variable, value) for every policy variable set in this process."""
+    found = policy_overrides(settings())
+    if "tier_caps" in found:
+        env, text = found["tier_caps"]
+        found["tier_caps"] = (env, parse_tier_caps(env, text))
+    return found
+
+
+def check_env_overrides() -> None:
+    """The policy variables of this process, checked against the block's types and ranges alone
+    (`yoloq up` calls it before it starts anything; the block is merged in later)."""
+    overrides = env_overrides()
+    if overrides:
+        values = SchedulingPolicy().values()
+        for key, (_, value) in overrides.items():
+            values[key] = value
+        _validated(values, overrides)
+
+
+def parse_tier_caps(field_name: str, text: str) -> dict[str, str]:
+    """`"research=high, interns=normal"` -> {team: tier label}; a bad item names `field_name`."""
     caps = {}
-    for item in filter(None, (p.strip() for p in os.environ.get("YOLOQ_TIER_CAPS", "").split(","))):
+    for item in filter(None, (p.strip() for p in text.split(","))):
         team, _, tier = item.partition("=")
-        caps[team.strip()] = Tier.parse(tier)
+        if not team.strip() or not tier.strip():
+            raise SettingsError(field_name, f"cannot read {item!r} as team=tier",
+                                "write team=tier pairs, e.g. research=high,interns=normal")
+        caps[team.strip()] = _tier_label(field_name, tier)
     return caps
 
 
-def settings_from_env() -> PolicySettings:
-    """Policy defaults with the worker's environment overrides applied."""
-    env = os.environ
-    keys = ("YOLOQ_MIN_RUNTIME_S", "YOLOQ_GRACE_S", "YOLOQ_GRACE_EPOCHS", "YOLOQ_TIER_CAPS")
-    if not any(env.get(k) for k in keys):
-        return PolicySettings()
-    policy = Policy(min_runtime_s=float(env.get("YOLOQ_MIN_RUNTIME_S") or _DEFAULTS.min_runtime_s),
-                    tier_caps=tier_caps())
-    return PolicySettings(policy, float(env.get("YOLOQ_GRACE_S") or DEFAULT_MIN_GRACE_S),
-                          float(env.get("YOLOQ_GRACE_EPOCHS") or DEFAULT_GRACE_EPOCHS),
-                          "environment")
+def _tier_label(field_name: str, text: str) -> str:
+    try:
+        return Tier.parse(text).label
+    except (KeyError, ValueError):
+        raise SettingsError(field_name, f"unknown tier {text.strip()!r}",
+                            "use urgent, high, normal or low") from None
+
+
+def _validated(values: dict[str, Any], overrides: dict[str, tuple[str, Any]]) -> SchedulingPolicy:
+    """The block model checks the merged values; a refused override names its variable."""
+    try:
+        return SchedulingPolicy.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else ""
+        env = overrides.get(key, (key or "policy",))[0]
+        raise SettingsError(env, f"{error['msg'].lower()} (policy key {key}, value {error.get('input')!r})",
+                            f"set {env} to a valid {key}, or unset it to use the saved block") from None

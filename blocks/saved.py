@@ -8,10 +8,11 @@ raises `BlockUnreadable`: a caller must never quietly switch to another store.
 
 from __future__ import annotations
 
-import os
 from typing import TypeVar
 
 from prefect.blocks.core import Block
+
+from yoloq.settings import settings
 
 B = TypeVar("B", bound=Block)
 
@@ -22,7 +23,7 @@ class BlockUnreadable(RuntimeError):
 
 def load_saved(cls: type[B], name: str) -> B | None:
     """The block saved as `name`; None when it is not configured (see the module doc)."""
-    if os.environ.get("YOLOQ_USE_BLOCKS", "1") != "1" or not api_url():
+    if not settings().use_blocks or not api_url():
         return None
     try:
         return cls.load(name, _sync=True)

@@ -27,7 +27,7 @@ share_client_tls_context()
 from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
 from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
 from work_pools.segments import segment_plan  # noqa: E402
-from yoloq.base import settings  # noqa: E402
+from yoloq.base import stores  # noqa: E402
 from yoloq.domain.contract import (FINALISED_LABEL, PARENT_TOKEN_LABEL, PREEMPTED,  # noqa: E402
                                    PREEMPTED_BY_LABEL, THROTTLE_GPU_LABEL, THROTTLE_LABEL,
                                    SegmentPlan, as_plan, plan_of, run_tags, was_preempted)
@@ -73,7 +73,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     crash mid-epoch, during evaluate/export, a restarted parent) the next segment starts
     from the state that exists: a finished checkpoint only needs finalising. Segments that
     crash are queued again after a backoff; the count resets whenever the job progresses."""
-    store = patiently(settings.checkpoint_store, "loading the checkpoint store", logger)
+    store = patiently(stores.checkpoint_store, "loading the checkpoint store", logger)
     guard = ParentGuard(job_id, logger)
     announced = job.tier in ANNOUNCED_TIERS  # as submitted: the tags the scheduler reads
     failures, progress, last, throttle = 0, None, None, None
@@ -101,8 +101,8 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         throttle = throttled_plan(run, plan, job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
-        if state.is_completed() or was_preempted(run):
-            continue  # the loop top reads where it got to; a preempted job queues again
+        if state.is_completed() or was_preempted(run) or state.name == "Drained":
+            continue  # the loop top reads where it got to; a preempted (or drained) job queues again
         if state.is_cancelled():
             return Cancelled(message=f"job cancelled during segment {run.name}")
         if state.is_crashed():
@@ -176,7 +176,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: Segmen
         return _wait_final(live[0].id, logger)
     name, key = segment_identity(job_id, done, target, earlier)
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
-        settings.SEGMENT_DEPLOYMENT,
+        stores.SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
                     "plan": plan.to_dict(), **({"mlflow_params": params} if params else {})},
         work_queue_name=job.tier.queue,
@@ -248,7 +248,7 @@ class ParentGuard:
         import uuid
 
         self.job_id, self.logger = job_id, logger
-        self.token = f"{uuid.uuid4().hex[:12]}@{settings.node_name()}:{os.getpid()}"
+        self.token = f"{uuid.uuid4().hex[:12]}@{stores.node_name()}:{os.getpid()}"
         self.run_id = current_run.get_id()
         if self.run_id:
             patiently(self._write, "writing the job's parent token", logger)

@@ -1,7 +1,9 @@
 """The segment's preemption context: asked after each epoch's checkpoint.
 
 Shaped after Determined's `should_preempt()`: the Prefect-backed context reads
-the flow run's `yoloq.preempt` label; runs outside a worker use the in-memory one.
+the flow run's `yoloq.preempt` label (a preemption), its `yoloq.drain` label (`yoloq down`
+stopping the stack: `work_pools.drain`) and a user's cancel; runs outside a worker use the
+in-memory one.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from yoloq.domain.contract import (CHECKPOINT_AT_LABEL, EPOCH_LABEL, PREEMPT_LABEL, PREEMPT_REASON_LABEL,
-                                   PREEMPT_REQUESTED, PREEMPTED_BY_LABEL)
+from work_pools.drain import CHECKPOINT_S_LABEL, DRAIN_LABEL, EPOCH_S_LABEL, TRAINED_LABEL
+from yoloq.domain.contract import CHECKPOINT_AT_LABEL, EPOCH_LABEL, PREEMPT_LABEL, PREEMPT_REQUESTED
 
 
 @dataclass
@@ -21,6 +23,7 @@ class InMemoryPreemption:
     after_epoch: int | None = None
     asked: list[int] = field(default_factory=list)
     cancelled: bool = False
+    drained: bool = False
 
     def should_preempt(self, epoch: int) -> bool:
         self.asked.append(epoch)
@@ -29,41 +32,43 @@ class InMemoryPreemption:
 
 @dataclass
 class FlowRunPreemption:
-    """Reads this segment's flow run: a preemption label, or a user's cancel (Cancelling).
-
-    Both stop the segment at the epoch boundary just reached, checkpoint kept.
+    """Reads this segment's flow run: a preemption label, a drain label, or a user's cancel
+    (Cancelling). Each stops the segment at the epoch boundary just reached, checkpoint kept.
     """
 
     flow_run_id: UUID
     requested_at: float | None = None
     cancelled: bool = False
+    drained: bool = False
 
     def should_preempt(self, epoch: int) -> bool:
         from prefect.client.orchestration import get_client
 
         with get_client(sync_client=True) as client:
             run = client.read_flow_run(self.flow_run_id)
+        labels = run.labels or {}
         self.cancelled = bool(run.state and run.state.is_cancelling())
-        wanted = (run.labels or {}).get(PREEMPT_LABEL) == PREEMPT_REQUESTED or self.cancelled
+        self.drained = labels.get(DRAIN_LABEL) == PREEMPT_REQUESTED
+        wanted = labels.get(PREEMPT_LABEL) == PREEMPT_REQUESTED or self.cancelled or self.drained
         if wanted and self.requested_at is None:
             self.requested_at = time.time()
         return wanted
 
 
-def request_preemption(flow_run_id: UUID, by_job: str, reason: str) -> None:
-    """Mark a running segment to stop at its next epoch boundary (used by the worker)."""
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(flow_run_id, {
-            PREEMPT_LABEL: PREEMPT_REQUESTED,
-            PREEMPTED_BY_LABEL: by_job,
-            PREEMPT_REASON_LABEL: reason[:200],
-        })
+def publish_progress(epoch: int, upload_s: float | None = None) -> None:
+    """Record the epoch just checkpointed on this segment's flow run (for the worker and CLI),
+    and how long its upload took (a drain's bound)."""
+    _label({EPOCH_LABEL: str(epoch), CHECKPOINT_AT_LABEL: f"{time.time():.3f}",
+            **({CHECKPOINT_S_LABEL: f"{upload_s:.2f}"} if upload_s is not None else {})})
 
 
-def publish_progress(epoch: int) -> None:
-    """Record the epoch just checkpointed on this segment's flow run (for the worker and CLI)."""
+def publish_trained(epoch: int, epoch_s: float) -> None:
+    """Record an epoch trained (checkpointed or not) and its duration: what a hard stop of
+    `yoloq down` retrains, and a drain's bound (one epoch plus its checkpoint)."""
+    _label({TRAINED_LABEL: str(epoch), EPOCH_S_LABEL: f"{epoch_s:.2f}"})
+
+
+def _label(labels: dict[str, str]) -> None:
     import os
 
     from prefect.client.orchestration import get_client
@@ -72,5 +77,4 @@ def publish_progress(epoch: int) -> None:
     if not flow_run_id:
         return
     with get_client(sync_client=True) as client:
-        client.update_flow_run_labels(UUID(flow_run_id), {
-            EPOCH_LABEL: str(epoch), CHECKPOINT_AT_LABEL: f"{time.time():.3f}"})
+        client.update_flow_run_labels(UUID(flow_run_id), labels)

@@ -9,9 +9,10 @@ parent queues it again after a backoff, a bounded number of times. Anything else
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from yoloq.settings import settings
 
 T = TypeVar("T")
 
@@ -22,13 +23,13 @@ PATIENCE_ENV = "YOLOQ_PARENT_PATIENCE_S"
 
 def max_retries() -> int:
     """Crashed segments in a row (no progress between them) before the job fails."""
-    return int(os.environ.get(MAX_RETRIES_ENV) or 4)
+    return settings().segment_retries
 
 
 def backoff_s(attempt: int) -> float:
     """Wait before re-queuing after the `attempt`-th crash in a row: 0, b, 2b, 4b ... (cap 300 s).
     The first retry is immediate: a killed segment costs only its partial epoch."""
-    base = float(os.environ.get(BACKOFF_ENV) or 10.0)
+    base = settings().retry_backoff_s
     return 0.0 if attempt <= 1 else min(base * 2 ** (attempt - 2), 300.0)
 
 
@@ -44,7 +45,7 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures of the surroundings, not of the job: retrying later may succeed."""
     from yoloq.engine.segment import ResumeMismatch
     from yoloq.base.errors import UserError
-    from yoloq.base.settings import StoreUnavailable
+    from yoloq.base.stores import StoreUnavailable
 
     if isinstance(exc, (UserError, ResumeMismatch)):
         return False
@@ -64,7 +65,7 @@ def patiently(fn: Callable[[], T], what: str, logger: Any, limit_s: float | None
     (default `YOLOQ_PARENT_PATIENCE_S`, else 600 s); then the last error is raised."""
     from yoloq.base.retry import retry_transient
 
-    limit = float(os.environ.get(PATIENCE_ENV) or 600.0) if limit_s is None else limit_s
+    limit = settings().parent_patience_s if limit_s is None else limit_s
     return retry_transient(fn, what, is_transient, logger.warning, limit)
 
 

@@ -23,7 +23,7 @@ def retrain(dataset: str | None = None, max_jobs: int = 10) -> list[str]:
     """Resubmit, as new jobs, the latest job per spec name using `dataset` (all datasets if None)."""
     from prefect.client.orchestration import get_client
 
-    from yoloq.commands.submit import create_job_run
+    from yoloq.service.submission import create_job_run
     from yoloq.records.jobs import list_jobs
     from yoloq.domain.spec import parse_spec
 

@@ -5,7 +5,8 @@ trains epochs [k, n) of the full schedule, saves a checkpoint to the store after
 every epoch (retried with backoff), records each trained epoch in the job's epoch
 ledger, logs each epoch to the job's MLflow run (buffered while MLflow is down),
 and asks the preemption context after each checkpoint. A segment asked to stop
-ends in a `Cancelled` state named `Preempted`. The segment that completes the
+ends in a `Cancelled` state named `Preempted`, or `Drained` when `yoloq down` asked
+(`work_pools.drain`: not a preemption). The segment that completes the
 schedule also runs evaluate and export while it holds the GPU; a segment that
 finds the schedule complete but not finalised (a crash during evaluate/export)
 only finalises, each step once.
@@ -36,17 +37,24 @@ from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 
 share_client_tls_context()
 
-from flows.ledger import EpochLedger  # noqa: E402
-from flows.preemption import FlowRunPreemption, InMemoryPreemption, publish_progress  # noqa: E402
+from flows.epoch_ledger import EpochLedger  # noqa: E402
+from flows.preemption import (  # noqa: E402
+    FlowRunPreemption,
+    InMemoryPreemption,
+    publish_progress,
+    publish_trained,
+)
 from flows.recovery import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
-from yoloq.base import settings  # noqa: E402
+from work_pools.drain import DRAINED  # noqa: E402
+from yoloq.base import stores  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.contract import (PREEMPTED, TAG_JOB_CLASS, TAG_PREEMPTIONS,  # noqa: E402
                                    TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,
                                    TAG_TIER, PlanError, SegmentPlan, as_plan)
 from yoloq.domain.spec import JobSpec  # noqa: E402
+from yoloq.settings import settings  # noqa: E402
 
 FORKED_AT_ENV = "YOLOQ_FORKED_AT"  # work_pools.launcher sets it in a warm segment
 
@@ -58,9 +66,9 @@ class SetupTimer:
     def __init__(self) -> None:
         self.last = time.time()
         self.steps: list[tuple[str, float]] = []
-        forked_at = os.environ.get(FORKED_AT_ENV)
-        if forked_at:  # the engine's start in a warm child: fork -> the flow function
-            self.steps.append(("fork -> flow start", max(0.0, self.last - float(forked_at))))
+        forked_at = settings().forked_at
+        if forked_at is not None:  # the engine's start in a warm child: fork -> the flow function
+            self.steps.append(("fork -> flow start", max(0.0, self.last - forked_at)))
 
     def mark(self, step: str) -> None:
         now = time.time()
@@ -70,7 +78,7 @@ class SetupTimer:
     def line(self) -> str:
         text = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self.steps)
         launcher = sys.modules.get("work_pools.launcher")
-        if launcher is not None and os.environ.get(FORKED_AT_ENV):
+        if launcher is not None and settings().forked_at is not None:
             late = launcher.imported_after_fork()
             text += f"; {len(late)} module(s) imported after the fork"
             text += f" ({', '.join(late[:8])}{' ...' if len(late) > 8 else ''})" if late else ""
@@ -86,9 +94,11 @@ class _Hooks:
         self.run_id, self.preemption, self.ledger, self.logger = run_id, preemption, ledger, logger
         self.unsent: list[tuple[int, dict[str, float]]] = []  # epochs MLflow has not taken yet
         self.timer: SetupTimer | None = None
+        self.epoch_started = time.monotonic()
 
     def on_epoch_start(self, epoch: int) -> None:
         self.ledger.start(epoch)
+        self.epoch_started = time.monotonic()
         if self.timer is not None:  # the first epoch of this segment: its setup is over
             self.timer.mark("trainer setup")
             self.logger.info("segment setup: %s", self.timer.line())
@@ -100,6 +110,10 @@ class _Hooks:
         self.deliver_metrics()
         shown = {k: round(v, 4) for k, v in metrics.items() if "mAP" in k or k.endswith("box_loss")}
         self.logger.info("epoch %d done %s", epoch, shown)
+        try:
+            publish_trained(epoch, time.monotonic() - self.epoch_started)
+        except Exception as exc:  # informative only (a hard stop's report, a drain's bound)
+            self.logger.warning("trained-epoch label not updated (%s)", one_line(exc))
 
     def deliver_metrics(self) -> bool:
         """Log buffered epochs in order; keep them (and training going) while MLflow is down."""
@@ -128,12 +142,13 @@ class _Hooks:
 
     def on_checkpoint(self, epoch: int, path: Path) -> None:
         finished = checkpoint_finished(path, epoch, self.job.epochs)
+        started = time.monotonic()
         info = self.store.save_retrying(self.job_id, epoch, path, finished=finished,
                                         trainings=self.ledger.records)
         self.logger.info("checkpoint epoch %d saved (%s, sha256 %s%s)", epoch, info.key,
                          info.sha256[:12], ", finished" if finished else "")
         try:
-            publish_progress(epoch)
+            publish_progress(epoch, time.monotonic() - started)
         except Exception as exc:  # informative only: the store holds the progress
             self.logger.warning("progress label not updated (%s)", one_line(exc))
 
@@ -200,8 +215,8 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan
         return Crashed(message=f"another segment of job {job_id} is running ({duplicate}); "
                                "not training (a job never has two live segments)")
     timer.mark("duplicate check")
-    store = settings.checkpoint_store()
-    uri, experiment = settings.mlflow_tracking_uri()
+    store = stores.checkpoint_store()
+    uri, experiment = stores.mlflow_tracking_uri()
     timer.mark("blocks")
     tracker = JobTracker(uri, experiment)
     if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
@@ -276,6 +291,9 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
                                "epochs_done": result.epochs_done, "finished": result.finished}
     if result.stopped_early and preemption.cancelled:
         return Cancelled(message=f"cancelled at epoch {result.epochs_done} (checkpoint kept)")
+    if result.stopped_early and preemption.drained:  # `yoloq down`: not a preemption
+        return Cancelled(name=DRAINED, message=f"drained at epoch {result.epochs_done} "
+                                               "(stack stopping; checkpoint saved)")
     if result.stopped_early:
         tracker.increment_tag(run_id, TAG_PREEMPTIONS)
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
@@ -316,7 +334,7 @@ def batch_for_segment(job: JobSpec, checkpoint: Path | None, tracker: Any, run_i
         args = read_header(checkpoint).get("train_args") or {}
         batch = int(args.get("batch") or job.batch) if isinstance(args, dict) else job.batch
     else:
-        batch = int(os.environ.get(settings.REDUCED_BATCH_ENV) or job.batch)
+        batch = settings().reduced_batch or job.batch
     if batch == job.batch:
         return job
     logger.warning("job %s trains with batch %d instead of %d (reduced to fit its GPU)",

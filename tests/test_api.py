@@ -320,3 +320,28 @@ def test_queue_usage_policy_and_teams(tokens, api):
     quota = api.put(f"/v1/teams/{vision}/quota", json={"tu": 1.5}, headers=bearer(tokens["admin"]))
     assert quota.status_code == 200, quota.text
     assert api.get("/v1/policy", headers=bearer(token)).json()["quotas"][vision]["tu"] == 1.5
+
+
+def test_an_unknown_job_page_is_an_html_404_with_a_way_back(tokens, api):
+    """The web page answers a browser in HTML; the REST route for the same job stays JSON."""
+    _, token = tokens["audio"]
+    with httpx.Client(base_url=str(api.base_url), timeout=120) as browser:
+        assert browser.post("/login", data={"token": token}).status_code == 303
+        page = browser.get("/jobs/no-such-job", headers={"Accept": "text/html"})
+        nowhere = browser.get("/no-such-page", headers={"Accept": "text/html"})
+    for resp, needle in ((page, "no-such-job"), (nowhere, "/no-such-page")):
+        assert resp.status_code == 404 and resp.headers["content-type"].startswith("text/html"), resp.text
+        assert needle in resp.text and '<a id="back" href="/">' in resp.text
+    shown = api.get("/v1/jobs/no-such-job", headers=bearer(token))
+    assert shown.status_code == 404
+    assert set(shown.json()["detail"]) == {"field", "problem", "fix", "message"}
+    assert shown.json()["detail"]["field"] == "job"
+
+
+def test_a_malformed_body_on_a_real_route_is_one_422_and_without_a_token_401(tokens, api):
+    _, token = tokens["audio"]
+    bad = b'{"name": "x", "epochs": '
+    with_token = api.post("/v1/jobs", content=bad, headers={**bearer(token), "Content-Type": "application/json"})
+    assert with_token.status_code == 422 and with_token.json()["detail"]["field"] == "body"
+    without = api.post("/v1/jobs", content=bad, headers={"Content-Type": "application/json"})
+    assert without.status_code == 401 and without.json()["detail"]["field"] == "token"

@@ -43,7 +43,10 @@ def test_audit_lists_submit_retier_cancel_and_quota_changes(yoloq_stack, tiny_da
     try:
         assert yoloq("quota", "auditors", "--tu", "0.5", "--period", "week").returncode == 0
         assert _saved_policy().quotas["auditors"].tu == 0.5
-        assert _saved_policy().min_runtime_s == 0, "the first save keeps the worker's settings"
+        from work_pools.policy.model import Policy
+
+        # the first save stores the defaults and the change, never this shell's YOLOQ_MIN_RUNTIME_S=0
+        assert _saved_policy().min_runtime_s == Policy().min_runtime_s
         assert yoloq("quota", "auditors", "--clear").returncode == 0
     finally:
         _delete_saved_policy()  # later tests use the environment's policy

@@ -156,7 +156,7 @@ def future_segments(prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
-    from yoloq.base.settings import SEGMENT_DEPLOYMENT
+    from yoloq.base.stores import SEGMENT_DEPLOYMENT
 
     tag = uuid.uuid4().hex[:6]
     runs = []
@@ -197,6 +197,7 @@ def read_history() -> list[dict[str, Any]]:
     return asyncio.run(go())
 
 
+@pytest.mark.service
 def test_board_is_published_on_change_and_read_by_yoloq_queue(future_segments, capsys):
     from work_pools.segments import segment_view
 

@@ -8,7 +8,7 @@ from pydantic import SecretStr
 
 from blocks.checkpoints import CheckpointStore, LocalCheckpointStore, S3CheckpointStore
 from blocks.mlflow import MlflowLocation
-from yoloq.base import settings
+from yoloq.base import stores
 
 pytestmark = pytest.mark.service
 
@@ -21,22 +21,22 @@ def _delete(name: str, slug: str) -> None:
 
 
 def test_saved_blocks_configure_the_stores(yoloq_stack, tmp_path):
-    default_store = settings.checkpoint_store()
+    default_store = stores.checkpoint_store()
     assert isinstance(default_store, LocalCheckpointStore)
     assert default_store.path == str(yoloq_stack.paths.checkpoints)
 
-    LocalCheckpointStore(path=str(tmp_path / "shared"), keep=5).save(settings.CHECKPOINT_BLOCK)
+    LocalCheckpointStore(path=str(tmp_path / "shared"), keep=5).save(stores.CHECKPOINT_BLOCK)
     MlflowLocation(tracking_uri=f"sqlite:///{tmp_path / 'team.db'}", experiment="team").save(
-        settings.MLFLOW_BLOCK)
+        stores.MLFLOW_BLOCK)
     try:
-        store = settings.checkpoint_store()
+        store = stores.checkpoint_store()
         assert isinstance(store, LocalCheckpointStore) and store.path == str(tmp_path / "shared")
         assert store.keep == 5
-        assert settings.mlflow_tracking_uri() == (f"sqlite:///{tmp_path / 'team.db'}", "team")
+        assert stores.mlflow_tracking_uri() == (f"sqlite:///{tmp_path / 'team.db'}", "team")
     finally:
-        _delete(settings.CHECKPOINT_BLOCK, LocalCheckpointStore.get_block_type_slug())
-        _delete(settings.MLFLOW_BLOCK, MlflowLocation.get_block_type_slug())
-    assert settings.checkpoint_store().path == str(yoloq_stack.paths.checkpoints)
+        _delete(stores.CHECKPOINT_BLOCK, LocalCheckpointStore.get_block_type_slug())
+        _delete(stores.MLFLOW_BLOCK, MlflowLocation.get_block_type_slug())
+    assert stores.checkpoint_store().path == str(yoloq_stack.paths.checkpoints)
 
 
 def test_the_base_class_loads_a_saved_s3_store(yoloq_stack):

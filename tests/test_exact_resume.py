@@ -20,6 +20,8 @@ import yaml
 
 from yoloq.datasets.synth import synth_dataset
 
+SEGMENT_CLI = Path(__file__).resolve().parent / "segment_cli.py"  # the test-only segment runner
+
 pytestmark = pytest.mark.training
 
 EPOCHS = 4
@@ -40,7 +42,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_cli(spec: Path, workdir: Path, stop_after: int, resume_from: Path | None = None) -> dict:
     """One segment in a fresh Python process; returns its result and reported epochs."""
     result = workdir.with_suffix(".json")
-    cmd = [sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec),
+    cmd = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec),
            "--workdir", str(workdir), "--stop-after", str(stop_after), "--result", str(result)]
     if resume_from is not None:
         cmd += ["--resume-from", str(resume_from)]

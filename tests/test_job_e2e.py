@@ -26,9 +26,9 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    uri, experiment = settings.mlflow_tracking_uri()
+    uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
                               filter_string=f"tags.`yoloq.job_id` = '{job_id}'")

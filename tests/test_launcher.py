@@ -180,7 +180,7 @@ def run_warm(launcher: LauncherClient, spec: Path, workdir: Path, stop_after: in
     if resume_from is not None:
         argv += ["--resume-from", str(resume_from)]
     pid = launcher.spawn(dict(os.environ), PROJECT_DIR, stream_output=False,
-                         module="yoloq.engine.segment_cli", argv=argv)
+                         module="tests.segment_cli", argv=argv)
     assert launcher.exit_future(pid).result(timeout=600) == 0
     return json.loads(result.read_text())
 

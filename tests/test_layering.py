@@ -96,9 +96,50 @@ def test_no_import_circles():
     assert found == set(), "import circle(s); make the imports point one way"
 
 
-def test_the_three_named_circles_are_broken():
+def test_the_named_circles_are_broken():
     graph = import_graph(project_modules())
-    for low, high in (("blocks.policy", "yoloq.records.policy_config"),
-                      ("work_pools.ledger", "work_pools.scheduling"),
+    for low, high in (("work_pools.usage_state", "work_pools.scheduling"),
                       ("yoloq.ops.stack", "yoloq.ops.deploy")):
         assert low not in graph[high] or high not in graph[low], (low, high)
+
+
+# The user surface: the REST API (and web page) and the CLI both sit on the service layer
+# (`yoloq.service`); neither imports the other, and the service layer imports neither.
+SURFACE_RULES = (("yoloq.api", ("yoloq.commands", "yoloq.cli")),
+                 ("yoloq.service", ("yoloq.commands", "yoloq.cli", "yoloq.api")))
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`importer imports target` for every import that breaks a rule of SURFACE_RULES."""
+    found = []
+    for importer, targets in sorted(graph.items()):
+        for package, banned in SURFACE_RULES:
+            if not _within(importer, package):
+                continue
+            found += [f"{importer} imports {t}" for t in sorted(targets) if any(_within(t, b) for b in banned)]
+    return found
+
+
+def test_rule_finder_names_the_importing_module():
+    graph = {"yoloq.api.jobs": {"yoloq.commands.submit", "yoloq.service.jobs"},
+             "yoloq.service.jobs": {"yoloq.api.errors"}, "yoloq.commands.submit": {"yoloq.service.jobs"},
+             "yoloq.apis": {"yoloq.commands.x"}}
+    assert forbidden_imports(graph) == ["yoloq.api.jobs imports yoloq.commands.submit",
+                                        "yoloq.service.jobs imports yoloq.api.errors"]
+
+
+def test_api_and_service_import_no_cli_module():
+    found = forbidden_imports(import_graph(project_modules()))
+    assert found == [], "the API and the service layer must not import the CLI: " + "; ".join(found)
+
+
+def test_the_service_layer_exists_and_the_cli_uses_it():
+    graph = import_graph(project_modules())
+    assert "yoloq.service.admission" in graph
+    for command in ("analyse", "submit", "status", "history", "retier", "cancel", "team"):
+        uses = graph[f"yoloq.commands.{command}"]
+        assert any(_within(t, "yoloq.service") for t in uses), command

@@ -1,7 +1,11 @@
 """`/metrics` scraped by a real Prometheus server (Debian's package, started here on loopback
 with a generated config, 2 s scrape interval): while one job holds the session stack's only
 slot (frozen inside its epoch) and a second waits, PromQL over Prometheus's HTTP API returns
-a queue length of one and one busy slot out of one.
+a queue length of one and one busy slot out of one, and `increase()` over the submitted-jobs
+counter sees the submissions. The same scrape parsed with prometheus_client's own parser has
+conventional types: counters that grow with each submit, histograms with cumulative buckets;
+and totals counted afresh from Prefect's records (as a restarted API server counts them) are
+never below what the running server exported.
 
 The scrape timeout is the interval (2 s), not 1 s: a scrape of the loaded 2-core CI host took
 0.6-1.0 s on an idle stack, and every one over the timeout is dropped (`up` 0, no samples), which
@@ -15,13 +19,16 @@ import io
 import json
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 import uuid
 from contextlib import redirect_stderr, redirect_stdout
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from stack_helpers import freeze, published_node, thaw, wait_final, wait_for, write_spec
 
 from yoloq import cli
@@ -90,6 +97,55 @@ def yoloq(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
+def scrape(yoloq_stack) -> dict:
+    """The API server's `/metrics`, parsed: {family name: family}."""
+    text = httpx.get(yoloq_stack.rest_url + "/metrics", timeout=120).text
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def total(families: dict, name: str, **labels: str) -> float:
+    """Sum of a counter's `_total` samples (those matching `labels`)."""
+    return sum(s.value for s in families[name].samples if s.name == f"{name}_total"
+               and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def assert_conventional(families: dict) -> None:
+    kinds = {name: family.type for name, family in families.items()}
+    for counter in ("yoloq_jobs_submitted", "yoloq_preemptions", "yoloq_epochs_trained",
+                    "yoloq_jobs_completed", "yoloq_jobs_failed", "yoloq_jobs_cancelled"):
+        assert kinds[counter] == "counter", (counter, kinds[counter])
+    for histogram in ("yoloq_queue_wait_seconds", "yoloq_segment_duration_seconds"):
+        assert kinds[histogram] == "histogram"
+    for gauge in ("yoloq_queue_length", "yoloq_gpu_busy", "yoloq_gpu_slots", "yoloq_running_segments"):
+        assert kinds[gauge] == "gauge"
+    assert not [n for n in kinds if n.endswith("_24h")]  # windows are Prometheus's to take
+    wait = families["yoloq_queue_wait_seconds"]
+    for tier in {s.labels["tier"] for s in wait.samples}:
+        buckets = [s for s in wait.samples if s.name.endswith("_bucket") and s.labels["tier"] == tier]
+        values = [s.value for s in buckets]
+        assert values == sorted(values) and buckets[-1].labels["le"] == "+Inf", (tier, values)
+        count = next(s.value for s in wait.samples if s.name.endswith("_count") and s.labels["tier"] == tier)
+        assert values[-1] == count
+
+
+def _fresh_totals() -> dict[str, float]:
+    """Totals counted from nothing, as an API server that just started counts them."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.api import metrics
+    from yoloq.api.metrics_reads import read_jobs, read_segments
+    from yoloq.api.metrics_totals import RecordTotals
+
+    counter = RecordTotals(read_segments, read_jobs, metrics.was_preempted)
+    with get_client(sync_client=True) as client:
+        live = counter.refresh(client, metrics.open_pool_runs(client), time.time())
+    totals = counter.totals
+    return {"yoloq_jobs_submitted": sum(totals.submitted.values()),
+            "yoloq_preemptions": sum(totals.preemptions.values()),
+            "yoloq_epochs_trained": sum(totals.epochs.values()) + sum(live.values()),
+            "yoloq_segments_ended": sum(totals.segments_ended.values())}
+
+
 def _submit(spec) -> str:
     out = yoloq("submit", str(spec), "--json")
     assert out.returncode == 0, out.stderr
@@ -128,6 +184,8 @@ def _training(job_id: str):
 def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus, tiny_dataset, tmp_path):
     _cancel_leftovers()
     tag = uuid.uuid4().hex[:4]
+    before = scrape(yoloq_stack)
+    assert_conventional(before)
     first = _submit(write_spec(tmp_path / "a.yaml", tiny_dataset, name=f"prom-a-{tag}", epochs=1))
     pid = freeze(wait_for(lambda: _training(first), f"{first} training", timeout_s=600))
     second = None
@@ -145,8 +203,19 @@ def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus,
             assert _value(prometheus, "sum(yoloq_gpu_busy)") == 1
             assert _value(prometheus, "min(yoloq_scrape_source_up)") == 1  # every source was read
             assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
-            assert query(prometheus, "yoloq_segment_wait_seconds_count")  # histograms exported
+            assert query(prometheus, "yoloq_queue_wait_seconds_count")  # histograms exported
             assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
+            wait_for(lambda: (_value(prometheus, "sum(increase(yoloq_jobs_submitted_total[5m]))") or 0) >= 1,
+                     "increase() over the submitted-jobs counter to see the submits", timeout_s=60)
+            after = scrape(yoloq_stack)
+            assert_conventional(after)
+            assert total(after, "yoloq_jobs_submitted") == total(before, "yoloq_jobs_submitted") + 2
+            assert total(after, "yoloq_jobs_submitted", team="vision", tier="normal") >= 2
+            for name in ("yoloq_preemptions", "yoloq_epochs_trained", "yoloq_segments_ended"):
+                assert total(after, name) >= total(before, name), name  # counters never go down
+            fresh = _fresh_totals()
+            for name, value in fresh.items():
+                assert value >= total(after, name), (name, value, total(after, name))
     finally:
         thaw(pid)
         for job in filter(None, (first, second)):

@@ -53,15 +53,15 @@ def test_a_pass_completes_while_the_heartbeat_write_is_stuck(yoloq_stack, monkey
 
     async def scenario() -> dict:
         async with YoloGpuWorker(work_pool_name=pool, name=node) as worker:
-            assert len(published) == 1 and worker.heartbeats == 1, "setup publishes the record"
-            worker._live_runs_changed()  # as a segment process starting does
+            assert len(published) == 1 and worker.agent.heartbeats == 1, "setup publishes the record"
+            worker.agent.live_runs_changed()  # as a segment process starting does
             await _wait(lambda: len(published) == 2, "the second beat")
             with anyio.move_on_after(300) as pass_scope:  # a pass writing the beat never ends
                 await worker._poll_once([])
             seen = {"pass_ended": not pass_scope.cancelled_caught,
-                    "beats_done_during_pass": worker.heartbeats, "leader": worker.is_leader}
+                    "beats_done_during_pass": worker.agent.heartbeats, "leader": worker.is_leader}
             stuck.set()
-            await _wait(lambda: worker.heartbeats == 2, "the released beat")
+            await _wait(lambda: worker.agent.heartbeats == 2, "the released beat")
             return seen
 
     try:
@@ -133,8 +133,8 @@ def test_a_stopping_agent_crashes_its_running_segments_but_keeps_ended_ones(yolo
 
     async def scenario() -> None:
         async with YoloGpuWorker(work_pool_name=pool, name=node) as worker:
-            worker._pids.update({ended.id: sleepers[0].pid, running.id: sleepers[1].pid})
-            await worker._stop_all_segments("test stop")
+            worker.agent.pids.update({ended.id: sleepers[0].pid, running.id: sleepers[1].pid})
+            await worker.agent.stop_all(worker.client, "test stop")
 
     try:
         _run(scenario)

@@ -10,11 +10,12 @@ import pytest
 from work_pools.policy import (Policy, Quota, Snapshot, check_tier_allowed, decide,
                                effective_priority, estimate, fifo, las, priority,
                                starvation_bound_s)
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
-POLICY = Policy(min_runtime_s=300, aging_step_s=3600)
+POLICY = Policy(min_runtime_s=300, aging_step_s=3600, urgent_overrides_min_runtime=False,
+                critical_path_share=0.0)
 
 
 def running(job_id, *gpus, tier="low", mem=40.0, started=NOW - 1000, **kw):
@@ -312,13 +313,14 @@ def test_eta_positions_and_interval():
     run = [running("r", 0, tier="normal").remaining(3600)]
     wait = [waiting("a", since=NOW - 100).remaining(1800), waiting("b", since=NOW - 50).remaining(600)]
     snapshot = snap(used(run, "1xV100-32GB"), run, wait)
-    etas = estimate(snapshot, Policy(fair_share=False, within_rank="submit"), NOW)
+    hourly = dict(fair_share=False, aging_step_s=3600.0)  # no job starves within the horizon
+    etas = estimate(snapshot, Policy(within_rank="submit", **hourly), NOW)
     a, b = etas["a/s1"], etas["b/s1"]
     assert (a.position, b.position) == (1, 2)
     assert a.start_s == pytest.approx(NOW + 3600) and b.start_s == pytest.approx(NOW + 5400)
     for eta in (a, b):
         assert eta.start_low_s < eta.start_s < eta.start_high_s
-    srpt = estimate(snapshot, Policy(fair_share=False), NOW)  # the shorter job goes first,
+    srpt = estimate(snapshot, Policy(**hourly), NOW)  # the shorter job goes first,
     assert (srpt["b/s1"].position, srpt["a/s1"].position) == (1, 2)  # and takes the GPU at
     assert srpt["b/s1"].start_s == pytest.approx(NOW + 200)  # r's segment boundary (started
     assert srpt["a/s1"].start_s == pytest.approx(NOW + 800)  # NOW-1000, 600 s segments)

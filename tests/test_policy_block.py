@@ -12,8 +12,10 @@ from yoloq.domain.tiers import Tier
 
 @pytest.fixture
 def no_blocks(monkeypatch):
+    from yoloq.settings import policy_env_names
+
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
-    for key in ("YOLOQ_MIN_RUNTIME_S", "YOLOQ_GRACE_S", "YOLOQ_GRACE_EPOCHS", "YOLOQ_TIER_CAPS"):
+    for key in policy_env_names().values():
         monkeypatch.delenv(key, raising=False)
     return monkeypatch
 
@@ -84,6 +86,8 @@ def test_env_overrides_apply_without_a_block(no_blocks):
     no_blocks.setenv("YOLOQ_TIER_CAPS", "interns=normal, oncall=urgent")
     resolved = resolve_policy_settings()
     assert resolved.source == "environment"
+    assert resolved.source_of("min_runtime_s") == "env YOLOQ_MIN_RUNTIME_S"
+    assert resolved.source_of("aging_step_s") == "default"
     assert resolved.policy.min_runtime_s == 0
     assert resolved.policy.tier_caps == {"interns": Tier.NORMAL, "oncall": Tier.URGENT}
     assert (resolved.min_grace_s, resolved.grace_epochs) == (15, 2.0)
@@ -99,8 +103,11 @@ def prefect_api(yoloq_stack):
         yield yoloq_stack
 
 
-def test_saved_block_wins_over_env(prefect_api, monkeypatch):
-    """Saved under a test-only name, so the stack's worker never picks it up."""
+@pytest.mark.service
+def test_env_beats_the_saved_block_key_by_key(prefect_api, monkeypatch):
+    """Explicit beats stored: YOLOQ_MIN_RUNTIME_S wins over the block's min_runtime_s, every
+    other key keeps the block's value, and each key says where it came from. Saved under a
+    test-only name, so the stack's worker never picks it up."""
     from blocks.policy import (
         SchedulingPolicy,
         TeamQuota,
@@ -111,16 +118,28 @@ def test_saved_block_wins_over_env(prefect_api, monkeypatch):
     name = f"test-policy-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "1")
     monkeypatch.setenv("YOLOQ_MIN_RUNTIME_S", "0")
-    SchedulingPolicy(quotas={"vision": TeamQuota(tu=3)}, min_runtime_s=900,
-                     min_grace_s=45).save(name, _sync=True)
+    monkeypatch.setenv("YOLOQ_TIER_CAPS", "oncall=urgent")
+    for unset in ("YOLOQ_GRACE_S", "YOLOQ_GRACE_EPOCHS", "YOLOQ_AGING_STEP_S"):
+        monkeypatch.delenv(unset, raising=False)
+    SchedulingPolicy(quotas={"vision": TeamQuota(tu=3)}, min_runtime_s=900, aging_step_s=120,
+                     tier_caps={"interns": "normal"}, min_grace_s=45).save(name, _sync=True)
     try:
         resolved = resolve_policy_settings(name)
-        assert resolved.source == f"block {name}"
-        assert resolved.policy.min_runtime_s == 900  # the block, not YOLOQ_MIN_RUNTIME_S
+        assert resolved.source == f"block {name} + environment"
+        assert resolved.policy.min_runtime_s == 0  # YOLOQ_MIN_RUNTIME_S, not the block's 900
+        assert resolved.source_of("min_runtime_s") == "env YOLOQ_MIN_RUNTIME_S"
+        assert resolved.policy.aging_step_s == 120 and resolved.source_of("aging_step_s") == f"block {name}"
         assert resolved.policy.quotas == {"vision": Quota(3, "day")}
-        assert resolved.min_grace_s == 45
+        assert resolved.min_grace_s == 45 and resolved.source_of("min_grace_s") == f"block {name}"
+        # caps merge team by team: the block's interns cap stays beside the variable's oncall cap
+        assert resolved.policy.tier_caps == {"interns": Tier.NORMAL, "oncall": Tier.URGENT}
+        assert resolved.source_of("tier_caps") == f"block {name} + env YOLOQ_TIER_CAPS"
+        monkeypatch.delenv("YOLOQ_MIN_RUNTIME_S")
+        monkeypatch.delenv("YOLOQ_TIER_CAPS")
+        stored = resolve_policy_settings(name)
+        assert stored.source == f"block {name}" and stored.policy.min_runtime_s == 900
         assert saved_block(f"missing-{name}") is None
-        assert resolve_policy_settings(f"missing-{name}").source == "environment"
+        assert resolve_policy_settings(f"missing-{name}").source == "defaults"
     finally:
         from prefect.client.orchestration import get_client
 

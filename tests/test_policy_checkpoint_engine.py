@@ -15,13 +15,15 @@ import yaml
 
 from yoloq.datasets.synth import synth_dataset
 
+SEGMENT_CLI = Path(__file__).resolve().parent / "segment_cli.py"  # the test-only segment runner
+
 TRAIN_ARGS = {"seed": 3, "plots": False, "close_mosaic": 1, "nbs": 8, "workers": 0}
 
 
 def _segment(spec: Path, workdir: Path, stop_after: int, every: str, *, resume: Path | None = None,
              stop_at: int | None = None) -> dict:
     result = workdir.with_suffix(".json")
-    cmd = [sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec), "--workdir",
+    cmd = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec), "--workdir",
            str(workdir), "--stop-after", str(stop_after), "--result", str(result),
            "--checkpoint-every", every, "--keep", str(workdir.with_suffix(".kept"))]
     cmd += ["--resume-from", str(resume)] if resume else []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from work_pools.policy import Policy, Quota, Segment, Snapshot, decide, effective_priority
-from work_pools.policy.builders import make_gpus
+from builders import make_gpus
 from work_pools.policy.ordering import FairQueue, build_context
 from yoloq.domain.tiers import Tier
 

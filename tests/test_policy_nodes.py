@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 from work_pools.policy import Gpu, Policy, Snapshot, decide
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from yoloq.domain.tiers import Tier
 
 NOW = 100_000.0
-POLICY = Policy(min_runtime_s=300, aging_step_s=3600)
+POLICY = Policy(min_runtime_s=300, aging_step_s=3600, urgent_overrides_min_runtime=False)
 
 
 def nodes(**spec: str) -> tuple[Gpu, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from work_pools.policy import Policy, Snapshot, decide
-from work_pools.policy.builders import make_gpus, make_job
+from builders import make_gpus, make_job
 from work_pools.policy.rules import accumulate_for, throttle_batch
 
 NOW = 100_000.0

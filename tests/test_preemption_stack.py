@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from stack_helpers import freeze, json_lines, thaw, wait_final, write_spec, yoloq
+
+SEGMENT_CLI = Path(__file__).resolve().parent / "segment_cli.py"  # the test-only segment runner
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 EPOCHS = 6
@@ -149,9 +152,9 @@ def _assert_preempted_without_error_logs(segment_id) -> None:
 def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    uri, experiment = settings.mlflow_tracking_uri()
+    uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")
@@ -171,12 +174,12 @@ def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> Non
     import subprocess
     import sys
 
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    restored = settings.checkpoint_store().restore(job_id, tmp_path / "restored")
+    restored = stores.checkpoint_store().restore(job_id, tmp_path / "restored")
     assert restored is not None and restored.info.epoch == EPOCHS
     result_file = tmp_path / "one-go.json"
-    proc = subprocess.run([sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec_path),
+    proc = subprocess.run([sys.executable, str(SEGMENT_CLI), "--spec", str(spec_path),
                            "--workdir", str(tmp_path / "one-go"), "--stop-after", str(EPOCHS),
                            "--result", str(result_file)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

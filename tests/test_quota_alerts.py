@@ -85,6 +85,7 @@ def _wait_for(inbox: "queue.Queue[dict]", team: str, timeout_s: float = 60.0) ->
     raise AssertionError(f"no notification for {team} within {timeout_s:.0f} s")
 
 
+@pytest.mark.service
 def test_breach_event_notifies_the_webhook_once(prefect_api, webhook, tmp_path):
     from prefect.client.orchestration import get_client
 

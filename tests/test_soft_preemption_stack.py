@@ -111,11 +111,11 @@ def _assert_recorded(job_id: str, batch: int) -> None:
     """Each epoch trained once; the batch change is on the MLflow run and in `yoloq history`."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     assert trainings_per_epoch(epoch_trainings(job_id)) == {e: 1 for e in range(1, EPOCHS + 1)}
-    uri, experiment = settings.mlflow_tracking_uri()
+    uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")

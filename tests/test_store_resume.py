@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from blocks.checkpoints import LocalCheckpointStore
-from flows.ledger import EpochLedger
+from flows.epoch_ledger import EpochLedger
 from yoloq.engine import SegmentRequest, run_segment
 from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 from yoloq.domain.spec import parse_spec

@@ -3,8 +3,8 @@ session stack's API server: a low-tier job is preempted by an urgent one (both r
 trainings; each held inside its epoch with SIGSTOP so the scenario does not depend on this
 machine's speed). With the urgent job holding the only slot and the low job waiting, the
 test logs in with a team token, sees the queue with the ETA, opens the preempted job and
-sees the preemption marked on its timeline, opens the usage and rules pages; no console
-errors, and every request the page makes stays on loopback. The queue page's screenshot is
+sees the preemption marked on its timeline, opens the usage and rules pages and an unknown
+job's page (a 404 page with a way back); no console errors, and every request the page makes stays on loopback. The queue page's screenshot is
 and the preempted job's page are saved for the README (docs/img/queue-page.png, job-page.png)."""
 
 from __future__ import annotations
@@ -163,6 +163,13 @@ def test_queue_job_usage_and_rules_pages(yoloq_stack, preempted_and_waiting, bro
     assert page.locator("#min-runtime").inner_text().startswith("0 s")
     assert "70%" in page.locator("#long-job-rule").inner_text()
     assert page.locator("#tiers tbody tr").count() == 4
+
+    missing = page.goto(base + "/jobs/no-such-job")  # a page, not raw JSON
+    assert missing is not None and missing.status == 404
+    assert "no-such-job" in page.locator("#not-found").inner_text()
+    page.click("#back")
+    page.wait_for_url(base + "/")
+    problems[:] = [p for p in problems if "404" not in p]  # the missing page's own status
 
     assert not problems, problems
     assert hosts and set(hosts) <= {"127.0.0.1", "localhost"}, sorted(set(hosts))

@@ -154,9 +154,9 @@ def running_segment(job_id: str):
 def _assert_each_epoch_logged_once(job_id: str, epochs: int) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    uri, experiment = settings.mlflow_tracking_uri()
+    uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     [run] = client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")

@@ -1,7 +1,7 @@
 """The yolov5 engine: original YOLOv5 trained through the yolov5 package, behind the segment protocol.
 
 One tiny real job (yolov5n from the package's YAML, 16 synthetic 64-px images, batch 8, 3 epochs,
-CPU), every segment in a fresh `python -m yoloq.engine.segment_cli` process, as a worker runs it:
+CPU), every segment in a fresh `python tests/segment_cli.py` process, as a worker runs it:
 
 - A: epochs [0, 2) in one segment;
 - B: epochs [0, 3) asked to stop after epoch 1 (preemption), then resumed from the checkpoint
@@ -29,6 +29,8 @@ from yoloq.base.errors import UserError
 from yoloq.domain.spec import parse_spec
 from yoloq.datasets.synth import synth_dataset
 
+SEGMENT_CLI = Path(__file__).resolve().parent / "segment_cli.py"  # the test-only segment runner
+
 YOLOV5N = Path(importlib.util.find_spec("yolov5").origin).parent / "models" / "yolov5n.yaml"
 EPOCHS, IMAGES, BATCH, IMGSZ = 3, 16, 8, 64
 # About 70 s of CPU for the four segments; on a shared, loaded 2-core box the wall time has
@@ -44,7 +46,7 @@ def _spec_dict(data: Path, **train_args) -> dict:
 def _segment(spec: Path, workdir: Path, stop_after: int, resume: Path | None = None,
              stop_at: int | None = None) -> dict:
     result = workdir.parent / f"{workdir.name}.json"
-    argv = [sys.executable, "-m", "yoloq.engine.segment_cli", "--spec", str(spec), "--workdir", str(workdir),
+    argv = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec), "--workdir", str(workdir),
             "--stop-after", str(stop_after), "--result", str(result)]
     argv += ["--resume-from", str(resume)] if resume else []
     argv += ["--stop-at", str(stop_at)] if stop_at else []

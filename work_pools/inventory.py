@@ -7,10 +7,10 @@ name says so. `YOLOQ_DECLARED_GPUS` declares slots as `N` or `NxNAME:MEM_GB`
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class GpuInfo:
 
 def inventory(declared: str | None = None) -> list[GpuInfo]:
     """Real GPUs when NVML finds any (unless a declaration is given), else declared slots."""
-    spec = declared if declared is not None else os.environ.get("YOLOQ_DECLARED_GPUS")
+    spec = declared if declared is not None else settings().declared_gpus
     if spec:
         return declared_inventory(spec)
     real = nvml_inventory()

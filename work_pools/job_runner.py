@@ -32,6 +32,7 @@ from prefect.exceptions import Abort, Pause
 from prefect.workers.process import ProcessWorker, ProcessWorkerResult
 
 from work_pools import events_wake
+from yoloq.settings import settings
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 STARTING_ENV = "YOLOQ_RUNNER_STARTING"
@@ -39,7 +40,7 @@ STARTING_ENV = "YOLOQ_RUNNER_STARTING"
 
 def starting_limit() -> int:
     """Parents starting at once (`YOLOQ_RUNNER_STARTING`, default 4); waiting ones are not counted."""
-    return max(1, int(os.environ.get(STARTING_ENV) or 4))
+    return max(1, settings().runner_starting)
 
 
 class StartGate:

@@ -26,6 +26,7 @@ from typing import Any
 from uuid import UUID
 
 from work_pools.prefect_vars import upsert_variable
+from yoloq.settings import settings
 
 _LOG = logging.getLogger("yoloq.scheduler")
 DEFAULT_LEASE_S = 60.0  # the smallest lease Prefect 3.9 accepts
@@ -40,8 +41,8 @@ def limit_name(pool: str) -> str:
 
 
 def lease_seconds() -> float:
-    value = os.environ.get("YOLOQ_SCHEDULER_LEASE_S")
-    return max(DEFAULT_LEASE_S, float(value)) if value else DEFAULT_LEASE_S
+    value = settings().scheduler_lease_s
+    return max(DEFAULT_LEASE_S, value) if value else DEFAULT_LEASE_S
 
 
 @dataclass

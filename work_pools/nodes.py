@@ -7,6 +7,10 @@ Node names are unique on one Prefect server; a pool's scheduler reads only its p
 so the scheduler keeps their GPUs busy until the process has really exited (a run
 reaches a final state a moment before its process ends). A node whose heartbeat is
 older than `YOLOQ_NODE_TIMEOUT_S` (default 30 s) is lost: the scheduler drains it.
+
+A record published before the scheduler's last change on that node (an admission or a
+preemption) does not show that change yet (`report_is_fresh`): the scheduler waits for a
+newer one before it decides about that node's GPUs again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from work_pools.inventory import GpuInfo
 from yoloq.base.errors import UserError
 from yoloq.domain.contract import NODE_VARIABLE_TAG
+from yoloq.settings import settings
 
 NODE_VARIABLE_PREFIX = "yoloq-node-"
 DEFAULT_NODE_TIMEOUT_S = 30.0
@@ -43,18 +48,22 @@ class NodeRecord:
 
 
 def node_timeout_s() -> float:
-    value = os.environ.get("YOLOQ_NODE_TIMEOUT_S")
-    try:
-        return float(value) if value else DEFAULT_NODE_TIMEOUT_S
-    except ValueError:
-        raise UserError("YOLOQ_NODE_TIMEOUT_S", f"{value!r} is not a number of seconds",
-                        "set it to e.g. 30") from None
+    return settings().node_timeout_s
 
 
 def heartbeat_every_s() -> float:
     """How often a node publishes its record: a sixth of the node timeout, 1 to 5 s, so
     a few beats may be lost or late before the node counts as lost."""
     return min(5.0, max(1.0, node_timeout_s() / 6))
+
+
+def report_is_fresh(record: NodeRecord, changed_at: float | None, now: float) -> bool:
+    """Was `record` published after the scheduler's last change on its node (`changed_at`)?
+    After two heartbeat periods without such a record the node's clock may disagree with
+    the leader's: the record is used anyway (a bounded wait, never a stuck node)."""
+    if changed_at is None or record.heartbeat_at >= changed_at:
+        return True
+    return now - changed_at >= 2 * heartbeat_every_s()
 
 
 def validate_node_name(name: str) -> str:
@@ -67,7 +76,7 @@ def validate_node_name(name: str) -> str:
 def default_node_name(worker_name: str | None = None) -> str:
     """`YOLOQ_NODE_NAME`, else the worker's own `--name` (`prefect worker start --name gpu-b`),
     else this host's name, made safe for a Prefect Variable."""
-    explicit = os.environ.get("YOLOQ_NODE_NAME")
+    explicit = settings().node_name
     if explicit:
         return validate_node_name(explicit)
     return _safe_name(worker_name or socket.gethostname())

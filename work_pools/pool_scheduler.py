@@ -15,6 +15,10 @@ all GPUs, and writes the outcome back into Prefect as labels on the runs:
   `yoloq.throttle=<batch>` and `yoloq.throttle_gpu=<node>:<index>`; its job queues the
   next segment at once with that batch, and that segment is placed back on the shared GPU
   beside the job it made room for whenever the declared memory holds both.
+- one consistent snapshot: a node whose last record predates the leader's last change on
+  it (`nodes.report_is_fresh`) has not shown that change yet; until it reports again no
+  segment is admitted onto its GPUs and no victim is chosen anywhere (`settled`): a
+  victim chosen on half-updated reports was once the wrong one. The wait is one heartbeat.
 - drain: runs assigned to a node whose heartbeat lapsed are put back in the queue
   (not yet started) or marked Crashed (started): their jobs resume elsewhere from
   the shared checkpoint store.
@@ -38,12 +42,13 @@ from uuid import UUID
 from work_pools.announce import announced_views
 from work_pools.holds import StopHolds
 from work_pools.inventory import GpuInfo
-from work_pools.nodes import NodeRecord
+from work_pools.nodes import NodeRecord, heartbeat_every_s, report_is_fresh
 from work_pools.scheduling import Admit, WorkerDecision, WorkerPolicy, gpu_speed, schedule
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id, segment_view
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
-from yoloq.base.settings import JOBS_POOL
+from yoloq.base.histogram import DECIDE_BUCKETS, CumulativeHistogram
+from yoloq.base.stores import JOBS_POOL
 from yoloq.domain.contract import (ADMIT_REASON_LABEL, ASSIGNED_AT_LABEL, PREEMPT_ASKED_AT_LABEL,
                                    PREEMPT_LABEL, PREEMPT_REASON_LABEL, PREEMPT_REQUESTED,
                                    THROTTLE_GPU_LABEL, THROTTLE_LABEL, plan_of, preemption_requested)
@@ -103,14 +108,20 @@ class PoolScheduler:
         self.usage = UsageBook(pool)
         self.notified: dict[str, float] = {}
         self.holds = StopHolds()
+        self.changed_at: dict[str, float] = {}  # node -> when this leader last changed a run there
+        self.unsettled_since: float | None = None  # since when some node has been unsettled
         # (pass s, decide s, admits, preempts, when the pass ended)
         self.timings: deque[tuple[float, float, int, int, float]] = deque(maxlen=2000)
+        self.decide_histogram = CumulativeHistogram(DECIDE_BUCKETS)  # since this leader began
+        self.pass_histogram = CumulativeHistogram(DECIDE_BUCKETS)
 
     def stats(self) -> dict[str, Any]:
         """Pass and decide time percentiles over the recent passes (published by the leader),
         and how many decision passes a second the leader made over them."""
+        histograms = {"decide_histogram": self.decide_histogram.to_dict(),
+                      "pass_histogram": self.pass_histogram.to_dict()}
         if not self.timings:
-            return {"passes": 0}
+            return {"passes": 0, **histograms}
         passes = sorted(t[0] for t in self.timings)
         decides = sorted(t[1] for t in self.timings)
         pick = lambda xs, q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
@@ -122,7 +133,7 @@ class PoolScheduler:
                 "window_s": round(window, 1),
                 "passes_per_s": round((len(self.timings) - 1) / window, 3) if window > 0 else None,
                 "admitted": sum(t[2] for t in self.timings),
-                "preempted": sum(t[3] for t in self.timings)}
+                "preempted": sum(t[3] for t in self.timings), **histograms}
 
     async def run_pass(self, client: Any, nodes: list[NodeRecord], policy: WorkerPolicy,
                        now: float | None = None) -> PassResult:
@@ -155,12 +166,83 @@ class PoolScheduler:
         result.decide_s = plan.decide_s
         result.decision, result.running = decision, [views[r.id] for r in occupying]
         rejoin = _rejoin_shared_gpu(pending, decision, pool_gpus, views, reserved)
-        result.assigned = await _apply_admissions(client, decision.admit + rejoin, pool_gpus, now)
+        unsettled = self._unsettled(live, now)
+        decision, admits = settled(decision, decision.admit + rejoin, unsettled, pool_gpus)
+        result.decision = decision
+        result.assigned = await _apply_admissions(client, admits, pool_gpus, now)
         await _apply_preemptions(client, decision, views, now)
         await _apply_throttles(client, decision, pool_gpus, now)
-        self.timings.append((time.perf_counter() - started, result.decide_s, len(decision.admit),
+        self._changed(result.assigned, decision, reserved, pool_gpus)
+        pass_s = time.perf_counter() - started
+        self.decide_histogram.observe(result.decide_s)
+        self.pass_histogram.observe(pass_s)
+        self.timings.append((pass_s, result.decide_s, len(decision.admit),
                              len(decision.preempt), time.time()))
         return result
+
+
+    def _unsettled(self, live: list[NodeRecord], now: float) -> set[str]:
+        """Nodes whose record predates this leader's last change there. Changes on one node
+        after another could keep some node unsettled for good: after two heartbeat periods
+        of that, the pass decides anyway (a bounded wait for urgent work, never a stall)."""
+        unsettled = {n.name for n in live if not report_is_fresh(n, self.changed_at.get(n.name), now)}
+        if not unsettled:
+            self.unsettled_since = None
+            return unsettled
+        if self.unsettled_since is None:
+            self.unsettled_since = now
+        if now - self.unsettled_since >= 2 * heartbeat_every_s():
+            self.unsettled_since = None
+            return set()
+        return unsettled
+
+    def _changed(self, assigned: dict[UUID, tuple[str, tuple[int, ...]]],
+                 decision: WorkerDecision, reserved: dict[UUID, tuple[int, ...]],
+                 pool_gpus: PoolGpus) -> None:
+        """Remember when this pass changed a run on each node (after the writes: a record
+        published since then has seen them)."""
+        at = time.time()
+        touched = {node for node, _ in assigned.values()}
+        for stop in decision.preempt:
+            touched.update(pool_gpus.where[i][0] for i in reserved.get(stop.flow_run_id, ())
+                           if i in pool_gpus.where)
+        touched.update(pool_gpus.where[t.gpu_index][0] for t in decision.raw.throttle
+                       if t.gpu_index in pool_gpus.where)
+        for node in touched:
+            self.changed_at[node] = at
+
+
+UNSETTLED_WAITING = "waiting: node {node} has not reported since the scheduler's last change there"
+UNSETTLED_PREEMPT = "waiting: a node has not reported since the scheduler's last change; victims are chosen once it has"
+
+
+def settled(decision: WorkerDecision, admits: tuple[Admit, ...], unsettled: set[str],
+            pool_gpus: PoolGpus) -> tuple[WorkerDecision, tuple[Admit, ...]]:
+    """The part of a decision that rests only on reports newer than the leader's last change:
+    no admission onto a node in `unsettled`, and, while any node is unsettled, no preemption
+    or throttle at all (the victim is chosen across all nodes, on one consistent view).
+    Returns (the decision, the admissions to apply)."""
+    if not unsettled:
+        return decision, admits
+    waiting = dict(decision.waiting)
+    kept = []
+    for admit in admits:
+        node = pool_gpus.where[admit.gpus[0]][0]
+        if node in unsettled:
+            waiting[admit.flow_run_id] = UNSETTLED_WAITING.format(node=node)
+        else:
+            kept.append(admit)
+    by_job = {str(v.job_id): v.flow_run_id for v in decision.views.values()}
+    for stop in decision.preempt:
+        run = by_job.get(stop.by_job)
+        if run is not None:
+            waiting[run] = UNSETTLED_PREEMPT
+    kept_ids = {a.flow_run_id for a in kept}
+    raw_kept = tuple(a for a in decision.raw.admit
+                     if decision.views[a.segment_id].flow_run_id in kept_ids)
+    raw = replace(decision.raw, admit=raw_kept, preempt=(), throttle=())
+    return replace(decision, admit=tuple(a for a in decision.admit if a.flow_run_id in kept_ids),
+                   preempt=(), waiting=waiting, raw=raw), tuple(kept)
 
 
 STAND_IN_WAITING = "announced: the GPU is kept for it while its parent queues its first segment"

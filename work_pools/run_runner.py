@@ -11,13 +11,15 @@ import asyncio
 import signal
 
 from yoloq.base import offline
+from yoloq.settings import exit_on_bad_settings
 
+exit_on_bad_settings()  # a bad YOLOQ_* value: one line in the log, exit 2
 offline.apply()
 
 from work_pools.job_runner import InProcessJobWorker, gate, parents_without_watcher_threads  # noqa: E402
 from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
 from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
-from yoloq.base.settings import JOBS_POOL  # noqa: E402
+from yoloq.base.stores import JOBS_POOL  # noqa: E402
 
 share_client_tls_context()
 parents_without_watcher_threads()

@@ -13,13 +13,15 @@ import os
 import signal
 
 from yoloq.base import offline
+from yoloq.settings import exit_on_bad_settings
 
+exit_on_bad_settings()  # a bad YOLOQ_* value: one line in the log, exit 2
 offline.apply()
 
 from work_pools.nodes import default_node_name, validate_node_name  # noqa: E402
 from work_pools.worker import YoloGpuWorker  # noqa: E402
 from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
-from yoloq.base.settings import GPU_POOL  # noqa: E402
+from yoloq.base.stores import GPU_POOL  # noqa: E402
 
 share_client_tls_context()
 

@@ -1,7 +1,7 @@
 """The worker's side of scheduling: turn what it sees into a Snapshot, ask the pure
 `decide`, and map the Decision back onto flow runs. No rules live here.
 
-The usage ledger (`work_pools.ledger`) supplies fair-share usage, quota spend, and
+The usage ledger (`work_pools.usage_state`) supplies fair-share usage, quota spend, and
 per job the GPU time held in the 70% rule's window, the service attained (LAS) and
 when it last ran (aging counts continuous waiting only).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from uuid import UUID
 
-from work_pools import ledger as usage_ledger
+from work_pools import usage_state
 from work_pools.inventory import GpuInfo
 from work_pools.policy.model import LOCAL_NODE, Decision, Gpu, Policy, Segment, Snapshot
 from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView
@@ -85,7 +85,7 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
              reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float], now: float,
              worker_policy: WorkerPolicy, asked: set[UUID] | None = None,
              usage_tu: dict[str, float] | None = None,
-             ledger: usage_ledger.LedgerState | None = None,
+             ledger: usage_state.UsageState | None = None,
              nodes: dict[int, str] | None = None,
              held: dict[int, str] | None = None) -> WorkerDecision:
     """`ledger` (usage from the segment runs' records, `work_pools.usage`) feeds fair share,
@@ -115,7 +115,7 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
 def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending: list[SegmentView],
                    reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float],
                    asked: set[UUID], usage_tu: dict[str, float],
-                   ledger: usage_ledger.LedgerState | None = None, now: float | None = None,
+                   ledger: usage_state.UsageState | None = None, now: float | None = None,
                    policy: Policy | None = None, nodes: dict[int, str] | None = None) -> Snapshot:
     """Free memory = declared/NVML total minus what admitted segments were estimated to use."""
     used: dict[int, float] = {}
@@ -137,28 +137,28 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
                         team_usage_tu=usage_tu)
     return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
                     team_usage_tu={**ledger.usage.decayed_tu, **usage_tu},
-                    team_period_tu=usage_ledger.period_spend(ledger, history.now, history.policy))
+                    team_period_tu=usage_state.period_spend(ledger, history.now, history.policy))
 
 
 @dataclass(frozen=True)
 class _History:
     """What the ledger knows about one job, at `now`."""
 
-    ledger: usage_ledger.LedgerState | None
+    ledger: usage_state.UsageState | None
     now: float | None
     policy: Policy
 
     def held_window_s(self, job_id: str) -> float:
         if self.ledger is None or self.now is None:
             return 0.0
-        return usage_ledger.held_window_s(self.ledger, job_id, self.now,
+        return usage_state.held_window_s(self.ledger, job_id, self.now,
                                           self.policy.long_job_window_s)
 
     def attained_gpu_s(self, job_id: str) -> float:
-        return usage_ledger.attained_gpu_s(self.ledger, job_id) if self.ledger else 0.0
+        return usage_state.attained_gpu_s(self.ledger, job_id) if self.ledger else 0.0
 
     def last_held_at(self, job_id: str) -> float | None:
-        return usage_ledger.last_held_at(self.ledger, job_id) if self.ledger else None
+        return usage_state.last_held_at(self.ledger, job_id) if self.ledger else None
 
     def held_since(self, job_id: str, started: float) -> float:
         """Start of the job's uninterrupted hold: back across segment boundaries that left

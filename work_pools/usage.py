@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from work_pools.ledger import JobUsage, LedgerState
+from work_pools.usage_state import JobUsage, UsageState
 from work_pools.policy.fairshare import UsageLedger, period_start
 from work_pools.policy.model import Policy
 from work_pools.segments import segment_job_id
@@ -78,7 +78,7 @@ def interval_from_run(run: Any) -> SegmentInterval | None:
 # -- pure: intervals -> the ledger the policy reads --------------------------------------
 
 def ledger_state(intervals: Iterable[SegmentInterval], now: float, policy: Policy,
-                 notified: dict[str, float] | None = None) -> LedgerState:
+                 notified: dict[str, float] | None = None) -> UsageState:
     """Fair share (decayed TU), quota spend (this period), and per job the service attained
     and the intervals held, all at `now`."""
     decayed: dict[str, float] = {}
@@ -96,7 +96,7 @@ def ledger_state(intervals: Iterable[SegmentInterval], now: float, policy: Polic
         held.setdefault(iv.job_id, []).append((iv.start, end))
     jobs = {job: JobUsage(attained[job], _merge(spans, now, policy.long_job_window_s))
             for job, spans in held.items()}
-    return LedgerState(UsageLedger(decayed, spent, now), jobs, dict(notified or {}), now)
+    return UsageState(UsageLedger(decayed, spent, now), jobs, dict(notified or {}), now)
 
 
 def decayed_tu(iv: SegmentInterval, end: float, now: float, policy: Policy) -> float:

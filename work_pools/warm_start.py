@@ -32,12 +32,12 @@ import anyio
 
 from work_pools import processes
 from work_pools.launcher import MARKER_ENV, per_segment
-from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 COLD_COMMAND = [sys.executable, "-m", "work_pools.segment_engine"]
 WARM_ENV = "YOLOQ_WARM_START"
-READY_TIMEOUT_S = float(os.environ.get("YOLOQ_LAUNCHER_READY_S") or 300.0)
+READY_TIMEOUT_S = settings().launcher_ready_s
 RESTART_AFTER_S = 60.0   # a launcher that failed is tried again at most this often
 LOST_EXIT = 1            # exit code reported when the launcher died before the segment
 
@@ -47,11 +47,7 @@ class LauncherError(RuntimeError):
 
 
 def warm_start_enabled() -> bool:
-    value = os.environ.get(WARM_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise UserError(WARM_ENV, f"must be 0 or 1, got {value!r}",
-                        "unset it (segments start warm) or set 0 (segments start cold)")
-    return value == "1"
+    return settings().warm_start_enabled
 
 
 class LauncherClient:

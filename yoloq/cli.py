@@ -20,6 +20,7 @@ from typing import NoReturn
 
 from yoloq import __version__
 from yoloq.base.errors import UserError, one_line
+from yoloq.settings import settings
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -44,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logout": ("login", "forget the saved yoloq server and token (commands use this host's stack)"),
     "logs": ("logs", "show a job's training log (--follow for new lines until it ends)"),
     "demo": ("demo", "run the demo: three teams, three tiers, live progress"),
+    "policy": ("policy", "show the scheduling policy in force and where each value comes from, or set keys"),
 }
 HOME_FLAG = "--home"
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`
@@ -117,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     if home is not None:
         os.environ["YOLOQ_HOME"] = home
+    try:
+        settings()  # a bad YOLOQ_* value: one line now, before any module reads it
+    except UserError as exc:
+        print(f"error: {exc.line()}", file=sys.stderr)
+        return exc.exit_code
     args = build_parser(only=chosen_command(argv) or "").parse_args(argv)
     module = _module(COMMANDS[args.command][0])
     runner = getattr(module, f"run_{args.command}", None) or module.run
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return SIGPIPE_EXIT
     except OSError as exc:  # a file or socket the command needed: one line (YOLOQ_DEBUG=1 re-raises)
-        if os.environ.get("YOLOQ_DEBUG"):
+        if _debug():
             raise
         where = exc.filename if exc.filename is not None else type(exc).__name__
         print(f"error: {one_line(str(where))}: {one_line(exc.strerror or str(exc))} "
@@ -150,6 +157,13 @@ def _flush_events() -> None:
         from yoloq.commands._client import flush_events
 
         flush_events()
+
+
+def _debug() -> bool:
+    try:
+        return settings().debug
+    except UserError:
+        return False
 
 
 def _silence_stdout() -> None:

@@ -64,9 +64,9 @@ def kill_segment(flow_run_id: Any) -> float:
 def mlflow_runs(job_id: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    uri, experiment = settings.mlflow_tracking_uri()
+    uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(experiment)
     return client.search_runs([exp.experiment_id], filter_string=f"tags.`yoloq.job_id` = '{job_id}'")

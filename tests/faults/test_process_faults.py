@@ -51,11 +51,11 @@ def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_d
 
 def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack, epochs_dataset,
                                                                       tmp_path):
-    from yoloq.base import settings
+    from yoloq.base import stores
 
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="killed-finalising",
                             epochs=2, segment_epochs=2, batch=16, export=["torchscript"]))
-    store = settings.checkpoint_store()
+    store = stores.checkpoint_store()
     wait_for(lambda: (store.latest(job) or None) and store.latest(job).finished,
              "the finished checkpoint", every_s=0.1)
     victim = running_segment(job)
@@ -75,10 +75,10 @@ def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack
 def _assert_finalised_once(job: str, run, model_name: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.base.paths import state_paths
 
-    client = MlflowClient(settings.mlflow_tracking_uri()[0])
+    client = MlflowClient(stores.mlflow_tracking_uri()[0])
     evaluated = [k for k in run.data.metrics if k.startswith("eval/")]
     assert evaluated, "evaluation logged"
     for key in evaluated:

@@ -240,11 +240,11 @@ def _crashed_segment_or_final(job_id: str):
 def test_unreadable_store_block_crashes_the_segment_and_the_job_resumes(yoloq_stack, tiny_dataset,
                                                                         tmp_path):
     from blocks.checkpoints import LocalCheckpointStore
-    from yoloq.base import settings
+    from yoloq.base import stores
 
     shared = tmp_path / "shared-store"
-    LocalCheckpointStore(path=str(shared)).save(settings.CHECKPOINT_BLOCK, overwrite=True)
-    document = _block_document(settings.CHECKPOINT_BLOCK)
+    LocalCheckpointStore(path=str(shared)).save(stores.CHECKPOINT_BLOCK, overwrite=True)
+    document = _block_document(stores.CHECKPOINT_BLOCK)
     good = dict(document.data)
     try:
         # Two one-epoch segments. The node agent is paused (SIGSTOP) while the first trains, so

@@ -1,8 +1,11 @@
 """`decide(snapshot, policy, now) -> Decision`: the whole scheduler, as a pure function.
 
 For each waiting segment, in `ordering.FairQueue` order: place it on free GPUs
-(best fit); else plan a preemption (`victims.VictimPlanner`); else, when the
-policy allows, place it with a reduced batch; else record why it waits. The
+(best fit; the fastest for a critical-path job); else backfill it onto GPUs reserved
+for a gang when it ends before the gang starts; else plan a preemption
+(`victims.VictimPlanner`); else, when the policy allows, place it with a reduced
+batch; else record why it waits, and a gang at the front reserves the GPUs it will
+start on (`reservations`). The
 snapshot is never mutated: placement works on its own copy of free memory.
 Failed attempts are remembered per GPU count and memory (availability only
 shrinks during one call), which keeps a 10,000-segment queue cheap.
@@ -17,6 +20,7 @@ from work_pools.policy.model import (Admission, Decision, Policy, Preemption, Se
                                      Snapshot, Throttle)
 from work_pools.policy.ordering import Context, FairQueue, build_context
 from work_pools.policy.placement import GpuPool, describe
+from work_pools.policy.reservations import Reservation, fits_in_window, reserve_for
 from work_pools.policy.victims import Plan, VictimPlanner
 
 
@@ -41,6 +45,9 @@ class _FailureMemo:
         known[(rank, gpus)] = min(mem_gb, known.get((rank, gpus), float("inf")))
 
 
+BACKFILL_TRIES = 500  # segments tried on reserved GPUs per call (bounds a 10,000-deep queue)
+
+
 class _Round:
     """Mutable working state of one `decide` call (never visible outside)."""
 
@@ -59,6 +66,10 @@ class _Round:
         self.no_fit = _FailureMemo()
         self.no_victims = _FailureMemo()
         self._no_gpu: dict[tuple[int, float], str] = {}
+        self.running = snapshot.running
+        self.reservations: list[Reservation] = []
+        self.promised: set[int] = set()  # slots some reservation will start on
+        self.backfill_tries = BACKFILL_TRIES
 
     def _hold(self, snapshot: Snapshot) -> dict[str, list[int]]:
         """job -> free GPUs kept for it: its victim has exited, and without the hold a segment
@@ -87,7 +98,9 @@ class _Round:
     def exhausted(self, rank: int) -> bool:
         """Nothing is free and nobody left may be preempted by this rank or any later one
         (ranks only grow along the queue): every segment still queued waits."""
-        return not self.held and not self.pool.any_free and self.planner.exhausted_for(rank)
+        backfill = self.backfill_tries > 0 and any(r.free for r in self.reservations)
+        return (not self.held and not self.pool.any_free and not backfill
+                and self.planner.exhausted_for(rank))
 
     def rest_wait(self, current: Segment) -> None:
         """Reasons for `current` and every segment the queue has not reached, in queue order
@@ -133,6 +146,43 @@ class _Round:
         if self.policy.allow_reduced_batch and self.try_reduced(seg):
             return
         self.waiting[seg.id] = self.reason(seg)
+        if possible and seg.gpus > 1 and self.policy.backfill_reservations and (
+                seg.id in self.queue.critical):
+            self.try_reserve(seg)
+
+    def try_reserve(self, seg: Segment) -> None:
+        """A gang at the front that cannot start: keep the GPUs it will start on."""
+        found = reserve_for(seg, self.pool, self.running, self.ctx.now, self.policy, self.promised)
+        if found is None:
+            return
+        self.pool.reserve(found.free)
+        self.promised.update(found.slots)
+        self.reservations.append(found)
+        node, indices = self.pool.node_and_indices(found.slots)
+        where = f" on {node}" if self.pool.multi_node else ""
+        self.waiting[seg.id] = (f"waiting: GPUs {', '.join(map(str, indices))}{where} reserved for it, "
+                                f"all free in about {found.window_s / 60:.0f} min (jobs that end "
+                                f"sooner may use them until then)")
+
+    def try_backfill(self, seg: Segment) -> bool:
+        """Start `seg` on GPUs reserved for a gang when it ends before the gang starts."""
+        if not self.reservations or self.backfill_tries <= 0:
+            return False
+        self.backfill_tries -= 1
+        for res in self.reservations:
+            slots = [s for s in res.free if self.pool.free[s] >= seg.est_mem_gb][:seg.gpus]
+            if len(slots) < seg.gpus or len({self.pool.node_of[s] for s in slots}) != 1:
+                continue
+            speed = min(self.pool.gpus[s].speed for s in slots)
+            if not fits_in_window(seg, res.window_s, speed):
+                continue
+            for s in slots:
+                res.free.remove(s)
+            self.pool.unreserve(slots)
+            self.start(seg, tuple(slots), f"admitted on {describe(self.pool, tuple(slots))} "
+                                          f"(backfill: ends before job {res.job_id} starts there)")
+            return True
+        return False
 
     def reason(self, seg: Segment) -> str:
         """Why `seg` waits once nothing could start it."""
@@ -142,11 +192,11 @@ class _Round:
         small = self.policy.share_gpus and seg.gpus == 1
         kind = ("small",) if small else ("whole",)
         if self.no_fit.failed(kind, 0, seg.gpus, seg.est_mem_gb):
-            return False
-        slots = self.pool.find(seg)
+            return self.try_backfill(seg)
+        slots = self.pool.find(seg, fastest=seg.id in self.queue.critical)
         if slots is None:
             self.no_fit.add(kind, 0, seg.gpus, seg.est_mem_gb)
-            return False
+            return self.try_backfill(seg)
         self.start(seg, slots, f"admitted on {describe(self.pool, slots)}")
         return True
 

@@ -120,7 +120,7 @@ class Policy:
     preemption: bool = True
     fair_share: bool = True
     min_runtime_s: float = 300.0
-    aging_step_s: float = 3600.0  # one tier of boost per step waited; 0 = no aging
+    aging_step_s: float = 300.0  # one tier of boost per step waited; 0 = no aging (measured best)
     max_aging_tiers: int = 2  # low -> normal -> high
     aging_ceiling: Tier = Tier.HIGH  # aging never lifts a segment above this (nor above urgent)
     team_weights: dict[str, float] = field(default_factory=dict)  # default weight 1
@@ -144,7 +144,9 @@ class Policy:
     fair_weight_clamp: tuple[float, float] = (0.125, 8.0)  # bounds of the SRPT fair-share factor
     fair_weight_power: float = 3.0  # factor = (usage share / entitlement) ** power
     srpt_aging_s: float = 3600.0  # SRPT aging: remaining work / (1 + waited / this); 0 = off
-    urgent_overrides_min_runtime: bool = False  # urgent may preempt inside min_runtime_s (last)
+    backfill_reservations: bool = True  # a gang at the front reserves GPUs; shorter jobs backfill
+    critical_path_share: float = 1.5  # a job whose own remaining time >= this x the backlog goes first; 0 = off
+    urgent_overrides_min_runtime: bool = True  # urgent may preempt inside min_runtime_s (last)
     soft_preemption: bool = False  # throttle a lower-tier job instead of evicting it
     soft_min_batch: int = 2  # a throttled victim never trains below this batch
 

@@ -49,6 +49,8 @@ class Context:
     waiting_ranks: np.ndarray  # their ranks, in snapshot order
     waiting_delayed: np.ndarray  # which of them belong to a team over quota
     running: Columns  # the snapshot's running segments
+    capacity: float = 0.0  # the pool's GPUs, each counted at its speed
+    gpu_count: int = 0  # the pool's GPUs (for their mean speed)
 
     def ranks_at(self, now: float) -> dict[str, int]:
         """Segment id -> rank, running and waiting, at `now` (the ETA reads the queue ahead)."""
@@ -71,8 +73,9 @@ def build_context(snapshot: Snapshot, policy: Policy, now: float) -> Context:
         speed = min((speeds.get((seg.node, i), 1.0) for i in seg.gpu_indices), default=1.0)
         usage[seg.team] += fairshare.tu(speed, policy.segment_s, seg.gpus)
     short_ranks = frozenset(waiting_ranks[waiting.short].tolist())
+    capacity = sum(g.speed for g in snapshot.gpus)
     return Context(now, policy, breaches, delayed, ranks, ratios, usage, short_ranks, waiting,
-                   waiting_ranks, waiting_delayed, running)
+                   waiting_ranks, waiting_delayed, running, capacity, len(snapshot.gpus))
 
 
 def _ranks(running: Columns, waiting: Columns, waiting_delayed: np.ndarray, now: float,
@@ -102,6 +105,25 @@ def srpt_keys(segments: Columns, now: float, policy: Policy) -> np.ndarray:
     return work / (1.0 + np.maximum(0.0, now - segments.waiting_since) / policy.srpt_aging_s)
 
 
+CRITICAL_KEY_SCALE = 1e-9  # a critical job's key: below every other key, SRPT order kept
+
+
+def critical_path(ctx: Context) -> np.ndarray:
+    """The critical-path rule, by waiting row: a job whose own remaining time on its GPUs
+    (remaining work / GPUs / mean GPU speed) is at least `critical_path_share` of the pool's
+    backlog (all remaining work, waiting and running, over the pool's capacity) would end
+    after the queue drains if it waited: it goes ahead of its bucket, so long and gang jobs
+    run beside the short ones instead of after them (makespan, utilisation)."""
+    policy, cols = ctx.policy, ctx.waiting
+    if policy.critical_path_share <= 0 or ctx.capacity <= 0 or not cols.n:
+        return np.zeros(cols.n, bool)
+    work = remaining_work(cols)
+    backlog_s = (work.sum() + remaining_work(ctx.running).sum()) / ctx.capacity
+    mean_speed = ctx.capacity / max(ctx.gpu_count, 1)
+    own_s = work / (np.maximum(cols.gpus, 1) * mean_speed)
+    return own_s >= policy.critical_path_share * backlog_s
+
+
 class FairQueue:
     """Iterate waiting segments in policy order; `charge` a team for what it was given.
     One pass only: iterating again resumes where the last iteration was left."""
@@ -125,6 +147,9 @@ class FairQueue:
         self.yielding = {cols.ids[i] for i in np.flatnonzero(yields).tolist()}
         self.starving = {cols.ids[i] for i in np.flatnonzero(starving).tolist()}
         keys = srpt_keys(cols, now, policy) if srpt else np.zeros(cols.n)
+        critical = critical_path(ctx) if srpt else np.zeros(cols.n, bool)
+        keys = np.where(critical, keys * CRITICAL_KEY_SCALE, keys)
+        self.critical = {cols.ids[i] for i in np.flatnonzero(critical).tolist()}
         self._keys, self._submitted = keys.tolist(), cols.submitted_at.tolist()
         bucket = ranks * 4 + (~starving) * 2 + yields  # sorts as (rank, not starving, yields)
         self._buckets = self._group(bucket, keys, policy.fair_share)

@@ -136,11 +136,34 @@ class GpuPool:
             grouped.setdefault(self.node_of[s], []).append(s)
         return grouped
 
-    def find(self, seg: Segment) -> tuple[int, ...] | None:
-        """Best-fit slots for the segment now (one node), or None."""
+    def find(self, seg: Segment, fastest: bool = False) -> tuple[int, ...] | None:
+        """Best-fit slots for the segment now (one node), or None. `fastest`: the fastest
+        empty GPUs that fit instead (a critical-path job: its own time is the makespan's)."""
         allow_shared = self.policy.share_gpus and seg.gpus == 1
         chosen = self.fitting_free(seg.est_mem_gb, seg.gpus, allow_shared)
-        return tuple(chosen) if len(chosen) == seg.gpus else None
+        if len(chosen) != seg.gpus:
+            return None
+        if fastest:
+            chosen = self._fastest(seg.est_mem_gb, seg.gpus) or chosen
+        return tuple(chosen)
+
+    def _fastest(self, mem_gb: float, count: int) -> list[int]:
+        """`count` empty slots on one node that fit `mem_gb`, as fast as possible (the
+        slowest of them decides a gang's speed), best fit among equals."""
+        key = (mem_gb, float("-inf"), -1)
+        entries = self._empty[bisect.bisect_left(self._empty, key):]
+        per_node: dict[str, list[_Entry]] = {}
+        for entry in entries:
+            per_node.setdefault(self.node_of[entry[2]], []).append(entry)
+        best: tuple[float, list[int]] | None = None
+        for group in per_node.values():
+            if len(group) < count:
+                continue
+            picked = sorted(group, key=lambda e: (e[1], e[0], e[2]))[:count]  # fastest, then fit
+            speed = min(-e[1] for e in picked)
+            if best is None or speed > best[0]:
+                best = (speed, [e[2] for e in picked])
+        return best[1] if best else []
 
     def find_reduced(self, seg: Segment) -> tuple[int, int] | None:
         """(slot, batch): the empty GPU allowing the largest reduced batch, or None."""

@@ -65,10 +65,6 @@ def yields_to_short(seg: Segment, short_waiting: bool, policy: Policy) -> bool:
             and held_share(seg, policy) > policy.long_job_share)
 
 
-def is_short(seg: Segment) -> bool:
-    return seg.job_class == SHORT
-
-
 def is_small(mem_gb: float, gpu_total_gb: float, policy: Policy) -> bool:
     """Small enough to share a GPU (when `share_gpus` is on)."""
     return mem_gb <= policy.share_max_fraction * gpu_total_gb
@@ -81,6 +77,15 @@ def reduced_batch(seg: Segment, free_gb: float, policy: Policy) -> int | None:
     fits = int((free_gb - seg.fixed_mem_gb) // seg.mem_per_image_gb)
     batch = min(seg.batch - 1, fits)
     return batch if batch >= max(1, policy.min_reduced_batch) else None
+
+
+def victim_tier(victim: Segment, rank: int, policy: Policy) -> int:
+    """The rank victims are ordered by: with tiers, the victim's own tier, or its effective
+    rank when that is lower (delayed: over quota); the aging boost a running segment started
+    with does not count. Other orderings (fifo, LAS queues): its rank."""
+    if policy.ordering != "tier":
+        return rank
+    return max(rank, int(victim.tier))
 
 
 def victim_key(victim: Segment, rank: int, now: float | None = None) -> tuple:

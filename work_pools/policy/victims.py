@@ -1,12 +1,16 @@
 """Preemption planning: which running segments to stop so a waiting one fits.
 
 Victims are tried across the whole pool in `rules.victim_key` order (already
-stopping, lowest priority, least work lost since the last checkpoint, least
+stopping, lowest tier, least work lost since the last checkpoint, least
 progressed, id), adding the freed memory GPU by GPU until the waiting segment
 would fit on one node (free GPUs of that node count first); victims that turn
 out not to sit on the chosen GPUs are dropped again. Nothing is preempted
-unless the segment then fits. Segments inside their minimum runtime are never
-victims. A victim already stopping for a job that still waits is kept for that
+unless the segment then fits. Victims are ordered by their tier
+(`rules.victim_tier`), not by the aging boost they started with: that boost
+comes from the usage history, which can lag a node's report, and ordering by
+it once made a normal job the victim of an urgent one while a low job ran.
+The boost still decides who *may* be preempted (`may_preempt`). Segments inside
+their minimum runtime are never victims. A victim already stopping for a job that still waits is kept for that
 job: otherwise a later pass hands it to whoever comes first, and the job it was
 asked for preempts a second one. GPUs are pool slots (`placement.GpuPool`).
 """
@@ -55,20 +59,22 @@ class VictimPlanner:
                  waiting: Iterable[Segment] = ()) -> None:
         running = list(running)
         self.ranks = ranks
+        # victim order and set cost: the tier (`rules.victim_tier`); the right to preempt: `ranks`
+        self.tiers = {v.id: rules.victim_tier(v, ranks[v.id], policy) for v in running}
         self.ratios = ratios
         self.policy = policy
         self.now = now
         eligible = [v for v in running if v.stopping or (
             policy.preemption and not rules.protected_by_min_runtime(v, now, policy))]
-        self.order = sorted(eligible, key=lambda v: rules.victim_key(v, ranks[v.id], now))
+        self.order = sorted(eligible, key=lambda v: rules.victim_key(v, self.tiers[v.id], now))
         chosen = {v.id for v in eligible}
         self.protected = sorted(
             (v for v in running if v.id not in chosen and rules.urgent_may_override(v, policy)),
-            key=lambda v: rules.victim_key(v, ranks[v.id], now))
+            key=lambda v: rules.victim_key(v, self.tiers[v.id], now))
         listed = chosen | {v.id for v in self.protected}
         self.sheltered = [v for v in running if v.id not in listed and not v.stopping] \
             if policy.soft_preemption else []
-        self.sheltered.sort(key=lambda v: rules.victim_key(v, ranks[v.id], now))
+        self.sheltered.sort(key=lambda v: rules.victim_key(v, self.tiers[v.id], now))
         self.taken: set[str] = set()
         # jobs still waiting for a victim already asked to stop on their behalf
         asked_for = {v.stopping_for for v in running if v.stopping and v.stopping_for}
@@ -88,10 +94,10 @@ class VictimPlanner:
         self._skip_taken()
         if self._head == len(order):
             return True
-        first = order[self._head]  # stopping first, then the lowest priority (largest rank)
+        first = order[self._head]  # stopping first, then the lowest tier (largest)
         if first.stopping:
             return False
-        top = self.ranks[first.id]
+        top = self.tiers[first.id]  # no untaken victim ranks below its tier
         return top < rank or (top == rank and not self._fair_share_equal)
 
     def has_claim(self, seg: Segment) -> bool:
@@ -183,12 +189,13 @@ class VictimPlanner:
                     best: Callable[[], tuple[tuple, Plan] | None]) -> Iterator[Segment]:
         """Victims in preference order, from the first not yet taken; then `tail` (protected
         victims an urgent segment may take, `rules.urgent_may_override`). Ranks only fall
-        along the order, so the order is left early: at the first victim that ranks above
-        `rank` (nobody after it may be preempted), and, with no tail, at the first that
-        ranks above the best set's most urgent victim (any set it completes costs more)."""
+        along the order, so the order is left early: at the first victim whose tier is above
+        `rank` (a rank is never below the tier: nobody after it may be preempted), and, with
+        no tail, at the first above the best set's most urgent victim (any set it completes
+        costs more)."""
         for victim in itertools.islice(self.order, self._skip_taken(), None):
             if not victim.stopping:
-                victim_rank = self.ranks[victim.id]
+                victim_rank = self.tiers[victim.id]
                 if victim_rank < rank:
                     break
                 found = best()
@@ -236,14 +243,15 @@ class VictimPlanner:
         return bool(self.order or self.protected or self.sheltered)
 
     def set_cost(self, plan: Plan) -> tuple:
-        """Lower tier first (the most urgent victim harmed ranks as low as possible), then the
-        least work lost (GPU-seconds since the victims' checkpoints), then fewest victims."""
+        """Lower tier first (the most urgent victim harmed has as low a tier as possible), then
+        the least work lost (GPU-seconds since the victims' checkpoints), then fewest victims,
+        then the victims' ids (deterministic whatever order the nodes came in)."""
         harmed = [v for v in plan.victims if not v.stopping]
-        top = min((self.ranks[v.id] for v in harmed), default=10 ** 6)
+        top = min((self.tiers[v.id] for v in harmed), default=10 ** 6)
         lost = sum(len(v.gpu_indices) * (self.now - v.last_checkpoint_at
                                          if v.last_checkpoint_at is not None else 1e12)
                    for v in harmed)
-        return (-top, lost, len(harmed))
+        return (-top, lost, len(harmed), tuple(sorted(v.id for v in plan.victims)))
 
     def _fits_after(self, pool: GpuPool, i: int, freed: float, evicted: int, seg: Segment) -> bool:
         if pool.free[i] + freed < seg.est_mem_gb:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from work_pools.policy import fairshare
 from work_pools.policy.decide import decide
@@ -45,6 +45,7 @@ class SimResult:
     unschedulable: list[str]
     idle_while_waiting_gpu_s: float = 0.0  # free GPUs a waiting job would have fitted
     throttles: int = 0
+    busy_by_hour: list[float] = field(default_factory=list)  # busy GPU-seconds in each hour
 
 
 class Simulator(Sharing):
@@ -73,6 +74,7 @@ class Simulator(Sharing):
         self.waiting: dict[str, JobRun] = {}
         self.ledger = fairshare.UsageLedger()
         self.busy_gpu_s = 0.0
+        self.busy_by_hour: list[float] = []
         self.team_tu: dict[str, float] = {}
         self.unschedulable: list[str] = []
         self.now = 0.0
@@ -106,7 +108,8 @@ class Simulator(Sharing):
             self._schedule(arrived)
             self._idle_fit = self._free_gpus_a_waiting_job_fits()
         return SimResult(self.jobs, self.gpus, self.policy, self.busy_gpu_s, self.team_tu,
-                         self.unschedulable, self.idle_while_waiting_gpu_s, self.throttles)
+                         self.unschedulable, self.idle_while_waiting_gpu_s, self.throttles,
+                         self.busy_by_hour)
 
     def _next_arrival(self, pending: deque) -> float:
         return pending[0].spec.submit_time if pending else math.inf
@@ -136,10 +139,21 @@ class Simulator(Sharing):
             charges[job.spec.team] = charges.get(job.spec.team, 0.0) + used
             busy.update(job.gpus_held)
         self.busy_gpu_s += dt * len(busy)
+        self._busy_per_hour(self.now, t, len(busy))
         for team, used in charges.items():
             self.team_tu[team] = self.team_tu.get(team, 0.0) + used
         self.ledger = fairshare.charge(self.ledger, charges, t, self.policy)
         self.now = t
+
+    def _busy_per_hour(self, start: float, end: float, busy: int) -> None:
+        """Spread `busy` GPUs over [start, end) into hourly buckets (the utilisation curve)."""
+        while start < end:
+            hour = int(start // 3600)
+            stop = min(end, (hour + 1) * 3600.0)
+            while len(self.busy_by_hour) <= hour:
+                self.busy_by_hour.append(0.0)
+            self.busy_by_hour[hour] += (stop - start) * busy
+            start = stop
 
     def _progress(self, job: JobRun) -> float:
         return job.done_s + (self.now - job.run_start) * job.speed

@@ -12,6 +12,10 @@
   system (running, waiting or about to start) over the job's own life, itself
   included. rho <= 1: the job did at least as well as with its equal share.
   Max and p95 (`themis_max_rho` = `max_rho`, `themis_p95_rho` = `p95_rho`).
+- Per-team finish-time fairness: a team's total JCT under the policy over its total
+  JCT under an equal share (the sum of its jobs' T_ideal above): `team_ftf` (team ->
+  ratio), `team_ftf_max` (the worst team), and `team_ftf_p95` (the worst team's p95
+  of its jobs' rho). Teams whose work is a few large trainings show up here.
 - Jain's index over teams of x = (team's share of the TU used) / (its entitlement
   by weight); 1.0 is perfectly proportional (teams with little demand lower it).
 - Utilisation = busy GPU-seconds / (GPUs x span from first submit to last finish).
@@ -74,12 +78,18 @@ def summarise(result: SimResult) -> dict:
         "redone_gpu_s": sum(j.redone_gpu_s for j in result.jobs),
         **_eta_errors(result),
         "makespan_s": span,
+        **_team_ftf(result),
     }
     return out
 
 
 def themis_rho(result: SimResult) -> list[float]:
     """Finish-time fairness per finished job (see the module docstring)."""
+    return [jct / ideal for _, jct, ideal in _equal_share(result)]
+
+
+def _equal_share(result: SimResult) -> list[tuple[str, float, float]]:
+    """(team, JCT, JCT alone on an equal 1/N share) per finished job."""
     gpus = len(result.gpus)
     mean_speed = sum(g.speed for g in result.gpus) / gpus
     out = []
@@ -89,8 +99,23 @@ def themis_rho(result: SimResult) -> list[float]:
         jct = j.finish - j.spec.submit_time
         contending = max(1.0, (j.in_system_at_finish - j.in_system_at_submit) / jct)
         share = min(1.0, (gpus / contending) / j.spec.gpus)
-        out.append(jct / (j.spec.duration_s / (mean_speed * share)))
+        out.append((j.spec.team, jct, j.spec.duration_s / (mean_speed * share)))
     return out
+
+
+def _team_ftf(result: SimResult) -> dict:
+    """Per-team finish-time fairness (see the module docstring)."""
+    jct: dict[str, float] = {}
+    ideal: dict[str, float] = {}
+    rhos: dict[str, list[float]] = {}
+    for team, job_jct, job_ideal in _equal_share(result):
+        jct[team] = jct.get(team, 0.0) + job_jct
+        ideal[team] = ideal.get(team, 0.0) + job_ideal
+        rhos.setdefault(team, []).append(job_jct / job_ideal)
+    ratios = {team: jct[team] / ideal[team] for team in sorted(jct) if ideal[team] > 0}
+    return {"team_ftf": ratios,
+            "team_ftf_max": max(ratios.values()) if ratios else None,
+            "team_ftf_p95": max((_pct(r, 95) for r in rhos.values()), default=None)}
 
 
 def _waits_by_tier(result: SimResult) -> dict:

@@ -22,6 +22,7 @@ from yoloq.analysis.validate import validate_dataset
 from yoloq.base.errors import ModelError, SpecError
 from yoloq.domain.segments import segment_epochs_for
 from yoloq.domain.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
+from yoloq.settings import settings
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def require_weights(field: str, path: str) -> None:
     if os.path.isfile(path):
         return
     name = Path(path).name
-    folder = os.environ.get(WEIGHTS_DIR_ENV)
+    folder = settings().weights_dir
     where = f"nor in {WEIGHTS_DIR_ENV}={folder}" if folder else f"and {WEIGHTS_DIR_ENV} is not set"
     raise ModelError(field, f"checkpoint not found: {path} ({where}); nothing is downloaded, yoloq runs offline",
                      f"put {name} there or in a folder named by {WEIGHTS_DIR_ENV}, or train from scratch "

@@ -42,7 +42,7 @@ from yoloq.analysis.families import (  # the lower layer, shared with fingerprin
 from yoloq.analysis.fingerprint import fingerprint, read_header
 from yoloq.base.errors import ModelError
 
-# Tasks the engines do not train (see docs/sections/35-model-families.md).
+# Tasks the engines do not train (see docs/concepts/model-families.md).
 UNTRAINED_TASKS = {
     "segment": "segmentation", "pose": "pose", "obb": "oriented-box (OBB)", "classify": "classification",
     "semantic": "semantic segmentation", "depth": "depth",
@@ -185,7 +185,7 @@ def check_supported(field: str, name: str, family: str, task: str, head: str) ->
     if task != "detect":
         label = UNTRAINED_TASKS.get(task, task)
         raise ModelError(field, f"{name!r} is a {label} model; yoloq's engines train detection models only "
-                         "(segment, pose and OBB are refused: see the README, Model families)",
+                         "(segment, pose and OBB are refused: see docs/concepts/model-families.md)",
                          "use a detect model such as yolov8n.yaml or yolo11n.yaml")
     if family not in MODEL_SIZES:
         raise ModelError(field, f"{name!r} is a {family} model, which yoloq does not support",

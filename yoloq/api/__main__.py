@@ -8,15 +8,17 @@ state folder holds its local operator secret (`yoloq.client.local_stack`), remov
 from __future__ import annotations
 
 import argparse
-import os
+
+from yoloq.settings import exit_on_bad_settings, settings
 
 
 def main(argv: list[str] | None = None) -> None:
+    exit_on_bad_settings()
     from yoloq.ops.stack import current_stack, use_stack
 
     stack = current_stack()
     parser = argparse.ArgumentParser(prog="python -m yoloq.api")
-    parser.add_argument("--host", default=os.environ.get("YOLOQ_API_HOST") or "127.0.0.1")
+    parser.add_argument("--host", default=settings().api_host)
     parser.add_argument("--port", type=int, default=stack.rest_port)
     args = parser.parse_args(argv)
     use_stack(stack)  # before prefect is imported: its client talks to this stack's server

@@ -1,7 +1,7 @@
 """Who is calling: `Authorization: Bearer <token>`, checked against the team store.
 
 `caller` is the FastAPI dependency every `/v1` route takes (401 for a missing, unknown or
-rotated token); `require_team` refuses (403) an action on another team's behalf; `admin`
+rotated token; `yoloq.api.guard` runs the same `check_token` before any body is read); `require_team` refuses (403) an action on another team's behalf; `admin`
 is the dependency of the admin routes (403 for a team token). `caller_from_token` is the
 same check for other front doors (the web page's login cookie). The host's own CLI may instead
 present the stack's operator secret (`yoloq.client.local_stack`): an admin that acts for the OS
@@ -14,18 +14,19 @@ import hmac
 import threading
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Request
 
 from yoloq.api.errors import refuse
 from yoloq.client.local_stack import USER_HEADER
 from yoloq.records.teams import LOCAL_OPERATOR, Caller, TeamStore
 
-__all__ = ["Admin", "Authed", "Caller", "admin", "caller", "caller_from_token", "require_team", "team_store"]
+__all__ = ["Admin", "Authed", "Caller", "admin", "caller", "caller_from_token", "check_token", "require_team", "team_store"]
 
 _STORE: TeamStore | None = None
 _STORE_LOCK = threading.Lock()
 _OPERATOR_SECRET: str | None = None  # set by `python -m yoloq.api` when it publishes the secret
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+CALLER_KEY = "yoloq_caller"  # where `yoloq.api.guard` leaves the caller in the request's state
 
 
 def team_store() -> TeamStore:
@@ -50,10 +51,20 @@ def caller_from_token(token: str | None, user: str | None = None) -> Caller | No
     return team_store().caller(token)
 
 
-def caller(authorization: str | None = Header(default=None, description="Bearer <team token>"),
+def caller(request: Request,
+           authorization: str | None = Header(default=None, description="Bearer <team token>"),
            x_yoloq_user: str | None = Header(default=None, alias=USER_HEADER, include_in_schema=False),
            ) -> Caller:
-    """The authenticated caller of this request (401 when the token is missing or not valid)."""
+    """The authenticated caller of this request (401 when the token is missing or not valid):
+    the one `yoloq.api.guard` found before the body was read, or checked here."""
+    found = request.scope.get("state", {}).get(CALLER_KEY)
+    if isinstance(found, Caller):
+        return found
+    return check_token(authorization, x_yoloq_user)
+
+
+def check_token(authorization: str | None, user: str | None = None) -> Caller:
+    """The caller an `Authorization` header names; HTTP 401 (in the error shape) otherwise."""
     if not authorization:
         raise refuse(401, "token", "missing: the request has no Authorization header",
                      "send `Authorization: Bearer <token>` (a token from `yoloq team add`)", _CHALLENGE)
@@ -61,7 +72,7 @@ def caller(authorization: str | None = Header(default=None, description="Bearer 
     if scheme.lower() != "bearer" or not token.strip():
         raise refuse(401, "token", "the Authorization header is not `Bearer <token>`",
                      "send `Authorization: Bearer <token>`", _CHALLENGE)
-    found = caller_from_token(token.strip(), x_yoloq_user)
+    found = caller_from_token(token.strip(), user)
     if found is None:
         raise refuse(401, "token", "unknown, removed or rotated token",
                      "ask an admin for the current token (`yoloq team rotate TEAM`)", _CHALLENGE)

@@ -20,7 +20,7 @@ def me(who: Authed) -> dict[str, Any]:
 
 @router.get("/queue", summary="Running and waiting segments: position, ETA with its interval, reason")
 def queue(who: Authed) -> list[dict[str, Any]]:
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
     from yoloq.views.queueview import queue_rows
 
     with stack_client() as client:
@@ -29,8 +29,8 @@ def queue(who: Authed) -> list[dict[str, Any]]:
 
 @router.get("/usage", summary="Training Units per team and job over a window (e.g. since=24h)")
 def usage(who: Authed, since: str = "7d", team: str | None = None) -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.commands.usage import parse_since, usage_rows
+    from yoloq.service.connection import stack_client
+    from yoloq.service.usage import parse_since, usage_rows
 
     window = parse_since(since)
     with stack_client():
@@ -44,7 +44,7 @@ def usage(who: Authed, since: str = "7d", team: str | None = None) -> dict[str, 
 @router.get("/policy", summary="The scheduling rules in force (tiers, weights, quotas, caps, grace)")
 def policy(who: Authed) -> dict[str, Any]:
     from blocks.policy import resolve_policy_settings
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
 
     with stack_client():
         settings = resolve_policy_settings()
@@ -56,7 +56,7 @@ def policy_document(settings) -> dict[str, Any]:
     and where the policy came from (block, environment or defaults)."""
     from yoloq.domain.tiers import TIER_NAMES
 
-    return {"source": settings.source, "tiers": list(TIER_NAMES),
+    return {"source": settings.source, "sources": dict(settings.sources), "tiers": list(TIER_NAMES),
             "min_grace_s": settings.min_grace_s, "grace_epochs": settings.grace_epochs,
             **_plain(dataclasses.asdict(settings.policy))}
 

@@ -28,7 +28,7 @@ def provisional_eta(spec: Any, analysis: dict[str, Any], job_id: str,
     from work_pools.board import admitted_snapshot
     from work_pools.policy.eta import Eta, estimate
     from work_pools.scheduling import WorkerPolicy
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
 
     now = now or time.time()
     new = _first_segment(spec, analysis, job_id, now)
@@ -74,7 +74,7 @@ def _decide_with(client: Any, new: Any, worker_policy: Any, now: float):
     from work_pools.pool_scheduler import PoolGpus, plan_pass, split_open_runs
     from yoloq.api.metrics import open_pool_runs
     from yoloq.api.web_data import segment_intervals
-    from yoloq.commands.submit import live_nodes
+    from yoloq.service.admission import live_nodes
 
     nodes = live_nodes(client)
     if not nodes:

@@ -1,4 +1,5 @@
-"""`/v1/jobs`: submit, list, show, cancel and retier jobs, through the CLI commands' own code.
+"""`/v1/jobs` and `/v1/analyse`: submit, analyse, list, show, cancel and retier jobs, through the
+service layer the CLI calls too (`yoloq.service`).
 
 A request acts as its token's team: a spec or job of another team is refused (403), and so is
 a tier above the team's cap, whatever the client checked. Every event names the caller.
@@ -39,12 +40,13 @@ class TierChange(BaseModel):
 def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
            who: Authed,
            idempotency_key: str | None = Header(default=None, description="a repeat gets 409")) -> dict[str, Any]:
-    from yoloq.records.events import acting_as
+    """Admitted as `yoloq analyse` shows (`yoloq.service.admission.admit`), then created: a
+    refusal is 403 (another team's spec, a tier above the team's cap) or 422 (anything else)."""
     from yoloq.domain.spec import parse_spec
+    from yoloq.records.events import acting_as
 
     parsed = parse_spec(spec)  # a bad field: UserError -> 422 with the CLI's line
     require_team(who, parsed.team)
-    _check_cap(parsed)
     tags = (_idempotency_tag(who, idempotency_key),) if idempotency_key else ()
     with acting_as(who.actor), _SUBMIT_LOCK:
         if tags:
@@ -54,67 +56,83 @@ def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
             "fit": job.result["fit"], "notes": job.result["notes"]}
 
 
+@router.post("/analyse", summary="The admission verdict on a job spec, creating nothing (`yoloq analyse`)")
+def analyse(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])], who: Authed) -> dict[str, Any]:
+    """The verdict `POST /v1/jobs` would give (same refusals, same status codes), and the analysis."""
+    from yoloq.domain.spec import parse_spec
+    from yoloq.service.admission import admit, pool_context
+    from yoloq.service.connection import stack_client
+
+    parsed = parse_spec(spec)
+    require_team(who, parsed.team)
+    with stack_client() as client:
+        verdict = admit(parsed, None, pool_context(client, None))
+    _raise_refusal(verdict)
+    return {"analysis": verdict.analysis.to_dict(), **verdict.to_dict()}
+
+
 @router.get("/jobs", summary="All jobs (optionally one team's), newest first")
 def list_all(who: Authed, team: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-    from yoloq.commands._client import stack_client
-    from yoloq.records.jobs import list_jobs
+    from yoloq.service.connection import stack_client
+    from yoloq.service.jobs import job_views
 
     with stack_client() as client:
-        jobs = list_jobs(client, limit=min(max(limit, 1), 200))
-    return [j.to_dict() for j in jobs if team is None or j.team == team]
+        views = job_views(client, team=team, limit=min(max(limit, 1), 200))
+    return [v.to_dict() for v in views]
 
 
-@router.get("/jobs/{job_id}", summary="One job: state, epochs, segments, history, MLflow run")
+@router.get("/jobs/{job_id}", summary="One job: state, tier, epochs, weights, segments, history, MLflow run")
 def show(job_id: str, who: Authed) -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.views.timeline import job_timeline
+    from yoloq.service import jobs
+    from yoloq.service.connection import stack_client
 
     with stack_client() as client:
-        job = _find(client, job_id)
-        history = job_timeline(client, job_id)
-    return {**job.to_dict(), "segment_runs": [_segment(s) for s in job.segments],
+        record = _find(client, job_id)
+        view = jobs.job_view(client, job_id, record)
+        history = jobs.history(client, job_id)
+    return {**view.to_dict(), "segment_runs": [_segment(s) for s in record.segments],
             "history": history, "mlflow": mlflow_link(job_id)}
 
 
 @router.delete("/jobs/{job_id}", summary="Cancel a job (its live segments and its parent run)")
 def cancel(job_id: str, who: Authed, reason: str = "cancelled through the API") -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.commands.cancel import cancel_job
     from yoloq.records.events import acting_as
+    from yoloq.service import jobs
+    from yoloq.service.connection import stack_client
 
     with stack_client() as client:
-        job = _find(client, job_id)
-        require_team(who, job.team)
+        record = _find(client, job_id)
+        require_team(who, record.team)
         with acting_as(who.actor):
-            targets = cancel_job(client, job, reason)
-    return {"job_id": job.job_id, "cancelling_runs": [str(r.id) for r in targets], "reason": reason}
+            return jobs.cancel(client, record, reason).to_dict()
 
 
 @router.post("/jobs/{job_id}/tier", summary="Move a queued or running job to another tier")
 def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.commands.retier import apply_tier, check_open, retiered_spec
     from yoloq.records.events import acting_as
+    from yoloq.service import jobs
+    from yoloq.service.admission import TierCapError
+    from yoloq.service.connection import stack_client
 
     if change.tier not in TIER_NAMES:
         raise UserError("tier", f"unknown tier {change.tier!r}", f"use one of: {', '.join(TIER_NAMES)}")
     with stack_client() as client:
-        job = _find(client, job_id)
-        require_team(who, job.team)
+        record = _find(client, job_id)
+        require_team(who, record.team)
         try:
-            check_open(job)
-        except UserError as exc:
+            with acting_as(who.actor):
+                done = jobs.retier(client, record, change.tier, change.reason)
+        except jobs.JobEndedError as exc:
             raise refuse_error(409, exc) from None
-        _check_cap(retiered_spec(job, change.tier))
-        with acting_as(who.actor):
-            apply_tier(client, job, change.tier, change.reason)
-    return {"job_id": job.job_id, "old_tier": job.tier, "new_tier": change.tier, "reason": change.reason}
+        except TierCapError as exc:
+            raise refuse_error(403, exc) from None
+    return done.to_dict()
 
 
 def _submit(spec, tags: tuple[str, ...], reason: str):
-    """The CLI's own path: analyse, check cap and fit, create the run (a refusal: 422). The host's
-    own CLI (the local operator) records its submits as `yoloq submit`, as it does without the API."""
-    from yoloq.commands.submit import Job, analyse_job, submit_batch
+    """The CLI's own path: admit (analysis, tier cap, fit), create the run. The host's own CLI
+    (the local operator) records its submits as `yoloq submit`, as it does without the API."""
+    from yoloq.service.submission import Job, analyse_job, submit_batch
 
     job = Job("api", spec=spec)
     analyse_job(job, None)
@@ -124,23 +142,22 @@ def _submit(spec, tags: tuple[str, ...], reason: str):
         except UserError:
             if job.error is None:  # not the job's own refusal (e.g. the stack is down)
                 raise
+    if job.verdict is not None:
+        _raise_refusal(job.verdict)
     if job.error is not None:
         raise job.error
     return job
 
 
-def _check_cap(spec) -> None:
-    """403 for a tier above the team's cap (the policy in force, read on the server)."""
-    from blocks.policy import load_policy
-    from yoloq.commands._client import stack_client
-    from yoloq.commands.submit import check_tier_cap
+def _raise_refusal(verdict) -> None:
+    """A refused verdict as the API answers it: 403 for the tier cap, else 422 (the CLI's line)."""
+    from yoloq.service.admission import TIER_CAP
 
-    with stack_client():
-        policy = load_policy()
-    try:
-        check_tier_cap(spec, policy)
-    except UserError as exc:
-        raise refuse_error(403, exc) from None
+    if verdict.refusal is None:
+        return
+    if verdict.refused_by == TIER_CAP:
+        raise refuse_error(403, verdict.refusal)
+    raise verdict.refusal
 
 
 def _idempotency_tag(who: Caller, key: str) -> str:
@@ -152,7 +169,7 @@ def _refuse_repeat(tag: str, key: str) -> None:
     """409 when a job was already created with this team's idempotency key."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
 
     with stack_client() as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])), limit=1)
@@ -165,7 +182,7 @@ def _placement(job) -> dict[str, Any]:
     """Where the new job enters the queue and when it should start: the board's forward run
     over the pool as it stands (`yoloq.api.eta`), provisional until the board plans the job."""
     from yoloq.api.eta import provisional_eta
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
     from yoloq.views.queueview import queue_rows
 
     with stack_client() as client:
@@ -192,10 +209,10 @@ def entry_position(rows: list[dict[str, Any]], tier: str) -> dict[str, Any]:
 
 
 def _find(client, job_id: str):
-    from yoloq.records.jobs import find_job
+    from yoloq.service.jobs import find
 
     try:
-        return find_job(client, job_id)
+        return find(client, job_id)
     except UserError as exc:
         raise refuse_error(404, exc) from None
 
@@ -214,11 +231,11 @@ def _segment(run) -> dict[str, Any]:
 
 def mlflow_link(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: tracking URI, run id and, for a tracking server, a browser link."""
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.tracking import JobTracker
 
     try:
-        uri, experiment = settings.mlflow_tracking_uri()
+        uri, experiment = stores.mlflow_tracking_uri()
         tracker = JobTracker(uri, experiment)
         run_id = tracker.find_run(job_id)
     except Exception as exc:  # noqa: BLE001 -- shown, not hidden: the rest of the job is still useful

@@ -22,7 +22,7 @@ def job_logs(job_id: str, who: Authed,
                                                                  "(for --follow)")] = None) -> dict[str, Any]:
     """{"job_id", "team", "finished", "ended", "lines": [{"id", "time", "run", "level", "message"}]}
     ("ended": the job's ISO end time, or null)."""
-    from yoloq.commands._client import stack_client
+    from yoloq.service.connection import stack_client
     from yoloq.views.joblogs import job_log
 
     with stack_client() as client:
@@ -38,8 +38,8 @@ def audit(who: Authed, since: Annotated[str, Query(description="ISO time or a sp
           team: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
     """A team token sees its own team's events; an admin token sees every team's (or `team`'s)."""
     from yoloq.views.auditlog import read_audit
-    from yoloq.commands._client import stack_client
-    from yoloq.commands.audit import parse_since
+    from yoloq.service.connection import stack_client
+    from yoloq.service.usage import parse_audit_since as parse_since
 
     if team is not None:
         require_team(who, team)

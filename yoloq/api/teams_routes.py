@@ -39,18 +39,14 @@ class QuotaChange(BaseModel):
 
 @router.get("/teams", summary="Teams with their owner, token id and limits (no secrets)")
 def list_teams(who: Admin) -> list[dict[str, Any]]:
-    from blocks.policy import load_policy
-    from yoloq.commands._client import stack_client
-    from yoloq.records.policy_edit import team_limits
+    from yoloq.service.teams import list_teams as listing
 
-    with stack_client():
-        policy = load_policy()
-    return [{**entry.public(), **team_limits(policy, name)} for name, entry in sorted(team_store().teams().items())]
+    return listing(team_store()).rows
 
 
 @router.post("/teams", status_code=201, summary="Add a team; the response holds its token, once")
 def add_team(new: NewTeam, who: Admin) -> dict[str, Any]:
-    from yoloq.commands.team import add_team as add
+    from yoloq.service.teams import add_team as add
 
     token = add(team_store(), new.name, new.weight, new.cap, new.owner, new.admin, new.label, who.actor)
     _audit("added", new.name, who, admin=new.admin, owner=new.owner, label=new.label)
@@ -66,7 +62,7 @@ def rotate(name: str, who: Admin) -> dict[str, Any]:
 
 @router.delete("/teams/{name}", summary="Remove a team and its token (its jobs stay)")
 def remove(name: str, who: Admin) -> dict[str, Any]:
-    from yoloq.commands.team import remove_team
+    from yoloq.service.teams import remove_team
 
     remove_team(team_store(), name, who.actor)
     _audit("removed", name, who)
@@ -75,32 +71,23 @@ def remove(name: str, who: Admin) -> dict[str, Any]:
 
 @router.post("/teams/{name}/limits", summary="Set a team's weight and tier cap")
 def limits(name: str, change: Limits, who: Admin) -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.records.events import acting_as
-    from yoloq.records.policy_edit import set_limits
+    from yoloq.service.teams import change_limits
 
     team_store().get(name)
-    with stack_client(), acting_as(who.actor):
-        set_limits(name, change.weight, change.cap)
+    change_limits(name, change.weight, change.cap, who.actor)
     return {"team": name, "weight": change.weight, "cap": change.cap}
 
 
 @router.put("/teams/{name}/quota", summary="Set or clear (tu: null) a team's TU quota")
 def quota(name: str, change: QuotaChange, who: Admin) -> dict[str, Any]:
-    from yoloq.commands._client import stack_client
-    from yoloq.records.events import acting_as
-    from yoloq.records.policy_edit import set_quota
+    from yoloq.service.teams import change_quota
 
-    with stack_client(), acting_as(who.actor):
-        old = set_quota(name, change.tu, change.period, change.reason)
+    old = change_quota(name, change.tu, change.period, change.reason, who.actor)
     return {"team": name, "old": old, "new": None if change.tu is None else {"tu": change.tu, "period": change.period}}
 
 
 def _audit(kind: str, team: str, who: Caller, **payload: Any) -> None:
     """`yoloq.team.added|token_rotated|removed`, with the admin as actor."""
-    from yoloq.commands._client import stack_client
-    from yoloq.records.events import acting_as
-    from yoloq.records.policy_edit import emit_team_event
+    from yoloq.service.teams import record_team_event
 
-    with stack_client(), acting_as(who.actor):
-        emit_team_event(kind, team, "through the API", **payload)
+    record_team_event(kind, team, who.actor, "through the API", **payload)

@@ -27,6 +27,7 @@ _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
+templates.env.filters["tu"] = web_svg.format_tu  # one TU format for the chart and the tables
 router = APIRouter(include_in_schema=False)
 
 
@@ -122,14 +123,32 @@ def _queue_rows() -> list[dict[str, Any]]:
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: str) -> Response:
-    return _page(request, "job.html", f"Job {job_id}", lambda: _job_context(job_id))
-
-
-def _job_context(job_id: str) -> dict[str, Any]:
+    caller = page_caller(request)
+    if caller is None:
+        return _to_login()
     with _client() as client:
         page = web_data.job_page(client, job_id)
     if page is None:
-        raise HTTPException(404, f"no job named {job_id!r}")
+        return not_found(request, f"There is no job named “{job_id}”.")
+    return _render(request, "job.html", caller, title=f"Job {job_id}", page="job", **_job_context(page))
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (not the API, metrics or a script)."""
+    path = request.url.path
+    return (not path.startswith(("/v1/", "/metrics", "/static/", "/fragments/", "/docs", "/openapi"))
+            and "text/html" in request.headers.get("accept", ""))
+
+
+def not_found(request: Request, message: str) -> HTMLResponse:
+    """A 404 page with the reason and a way back to the queue."""
+    response = _render(request, "not_found.html", page_caller(request), title="Not found",
+                       page="not_found", message=message)
+    response.status_code = 404
+    return response
+
+
+def _job_context(page: web_data.JobPage) -> dict[str, Any]:
     curves = [web_svg.curve_svg(name, points)
               for name, points in (page.mlflow.get("curves") or {}).items()]
     return {"job": page.job, "timeline": page.timeline, "mlflow": page.mlflow, "curves": curves,

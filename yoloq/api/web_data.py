@@ -1,6 +1,5 @@
 """What the web page and `/metrics` show, read from the existing sources (never recomputed):
-the queue board (`yoloq.queueview`), a job's record and timeline (`yoloq.jobs`,
-`yoloq.timeline`), usage from the segment runs (`work_pools.usage`), the policy in force
+the queue board (`yoloq.queueview`), a job's view and history (`yoloq.service.jobs`), usage from the segment runs (`work_pools.usage`), the policy in force
 (`blocks.policy`), node records and the leader's stats (Prefect Variables), and the job's
 MLflow run. Every function takes a sync Prefect client; none writes anything."""
 
@@ -41,22 +40,26 @@ class Bar:
 
 @dataclass
 class JobPage:
-    job: Any  # yoloq.records.jobs.JobRecord
+    job: Any  # yoloq.records.jobs.JobRecord (its runs, for the bars)
     timeline: list[dict[str, Any]]
     bars: list[Bar]
     mlflow: dict[str, Any] = field(default_factory=dict)
+    view: Any = None  # yoloq.service.jobs.JobView: tier, state, progress, preemptions, weights
 
 
 def job_page(client: Any, job_id: str, now: float | None = None) -> JobPage | None:
+    """The job's page: the service's view and history (what `status` and `history` show), and
+    the segment bars."""
     from yoloq.records.jobs import list_jobs
-    from yoloq.views.timeline import job_timeline
+    from yoloq.service.jobs import history, job_view
 
     jobs = list_jobs(client, job_id)
     if not jobs:
         return None
     now = now or time.time()
-    return JobPage(jobs[0], job_timeline(client, job_id),
-                   [b for b in (segment_bar(s, now) for s in jobs[0].segments) if b], mlflow_run(job_id))
+    return JobPage(jobs[0], history(client, job_id),
+                   [b for b in (segment_bar(s, now) for s in jobs[0].segments) if b], mlflow_run(job_id),
+                   view=job_view(client, job_id, jobs[0]))
 
 
 def segment_bar(seg: Any, now: float) -> Bar | None:
@@ -86,11 +89,11 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import settings
+    from yoloq.base import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
     try:
-        uri, experiment = settings.mlflow_tracking_uri()
+        uri, experiment = stores.mlflow_tracking_uri()
         client = MlflowClient(uri)
         exp = client.get_experiment_by_name(experiment)
         runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{TAG_JOB_ID}` = '{job_id}'",
@@ -148,7 +151,7 @@ def segment_intervals(now: float) -> list[Any]:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from work_pools.usage import UsageBook
-    from yoloq.base.settings import GPU_POOL
+    from yoloq.base.stores import GPU_POOL
 
     async def read(book: UsageBook) -> list[Any]:
         async with get_client() as async_client:

@@ -11,7 +11,6 @@ message raises `MailError`, never a quiet skip.
 
 from __future__ import annotations
 
-import os
 import smtplib
 import socket
 import ssl
@@ -20,6 +19,7 @@ from email.message import EmailMessage
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 ENV = "YOLOQ_SMTP_URL"
 _PORTS = {"smtp": 25, "smtp+starttls": 587, "smtps": 465}
@@ -45,7 +45,7 @@ class SmtpConfig:
 
 def smtp_config(url: str | None = None) -> SmtpConfig | None:
     """The SMTP server from `url` or `YOLOQ_SMTP_URL`; None when neither is set."""
-    url = url if url is not None else os.environ.get(ENV, "")
+    url = url if url is not None else settings().smtp_url or ""
     if not url.strip():
         return None
     parts = urlsplit(url.strip())

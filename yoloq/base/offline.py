@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from yoloq.base.paths import StatePaths, state_paths
+from yoloq.settings import settings
 
 PREFECT_PORT_DEFAULT = 4210
 
@@ -59,7 +60,7 @@ def apply(paths: StatePaths | None = None) -> StatePaths:
 
 def event_wake_enabled() -> bool:
     """Prefect's event stream wakes the scheduling loops unless `YOLOQ_WAKE=poll`."""
-    return (os.environ.get("YOLOQ_WAKE") or "events").strip().lower() != "poll"
+    return settings().wake != "poll"
 
 
 def worker_poll_s() -> int:

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from yoloq.settings import settings
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 """The checkout (prefect.yaml, flows/, work_pools/): where `yoloq up` deploys from."""
 
@@ -68,5 +70,5 @@ class StatePaths:
 
 def state_paths(root: str | os.PathLike[str] | None = None) -> StatePaths:
     """Resolve the state folder: explicit argument, then `YOLOQ_HOME`, then `./.yoloq`."""
-    chosen = root or os.environ.get("YOLOQ_HOME") or ".yoloq"
+    chosen = root or settings().home or ".yoloq"
     return StatePaths(Path(chosen).expanduser().resolve())

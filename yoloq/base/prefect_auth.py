@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import MutableMapping
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 CLIENT_ENV = "PREFECT_API_AUTH_STRING"
 SERVER_ENV = "PREFECT_SERVER_API_AUTH_STRING"
@@ -21,7 +22,7 @@ _ACCEPTED: set[tuple[str, str]] = set()  # (API URL, credentials) already accept
 
 
 def cluster_profile(env: MutableMapping[str, str]) -> bool:
-    return (env.get("YOLOQ_PROFILE") or env.get("PREFECT_PROFILE")) == "cluster"
+    return (settings().profile or env.get("PREFECT_PROFILE")) == "cluster"
 
 
 def prepare_server_host(env: MutableMapping[str, str]) -> None:
@@ -33,7 +34,7 @@ def prepare_server_host(env: MutableMapping[str, str]) -> None:
     if ":" not in server:
         raise UserError(SERVER_ENV, "is not set (as user:password); the cluster profile's Prefect API "
                         "must require credentials", f"export {SERVER_ENV}=admin:$(openssl rand -hex 16) "
-                        "on the server host (see the README's cluster runbook)")
+                        "on the server host (see docs/how-to/cluster.md)")
     if client and client != server:
         raise UserError(CLIENT_ENV, f"differs from {SERVER_ENV} on the server host",
                         f"unset {CLIENT_ENV} there (it defaults to {SERVER_ENV}) or make them equal")

@@ -11,6 +11,7 @@ from pathlib import Path
 import tomllib
 
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 SERVER_ENV = "YOLOQ_SERVER"
 TOKEN_ENV = "YOLOQ_TOKEN"
@@ -41,9 +42,9 @@ def normal_url(url: str) -> str:
 
 def configured_server() -> Server | None:
     """The server the commands should use, or None to use this host's stack."""
-    url = os.environ.get(SERVER_ENV, "").strip()
+    url = (settings().server or "").strip()
     if url:
-        token = os.environ.get(TOKEN_ENV, "").strip() or _saved_token_for(normal_url(url))
+        token = (settings().token or "").strip() or _saved_token_for(normal_url(url))
         if not token:
             raise UserError(TOKEN_ENV, f"is not set for {SERVER_ENV}={url}",
                             f"export {TOKEN_ENV}=<your team token>, or run `yoloq login {url}`")
@@ -51,7 +52,7 @@ def configured_server() -> Server | None:
     saved = read_saved()
     if saved is None:
         return None
-    token = os.environ.get(TOKEN_ENV, "").strip() or saved.token
+    token = (settings().token or "").strip() or saved.token
     return Server(saved.url, token, saved.source)
 
 

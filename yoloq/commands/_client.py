@@ -4,7 +4,6 @@ explicit PREFECT_API_URL), the remote yoloq API when a server is configured, and
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -13,42 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from yoloq.base.errors import UserError
+from yoloq.service.connection import explicit_api_url, stack_client
 
-# A loaded SQLite-backed server can take seconds to answer its health check; that is not "down"
-# (a stopped one refuses at once). The API process checks at every client it opens, under load.
-ANSWER_TIMEOUT_S = 5.0
-
-
-@contextmanager
-def stack_client() -> Iterator[Any]:
-    """A sync Prefect client for the stack of this state folder; a clear error if it is down.
-
-    An explicit PREFECT_API_URL (without YOLOQ_PORT, which pins this host's stack) names the
-    server to use. A command that only reads never creates the state folder: without one and
-    without such a URL, no stack runs here.
-    """
-    from yoloq.base.paths import state_paths
-    from yoloq.base.prefect_auth import check_access
-    from yoloq.base.prefect_tls import share_client_tls_context
-    from yoloq.ops.stack import current_stack, use_stack
-
-    share_client_tls_context()
-    paths = state_paths()
-    explicit = explicit_api_url()
-    if explicit is None and not paths.root.is_dir():
-        raise UserError("stack", f"no yoloq state folder at {paths.root}, so no stack runs for it",
-                        "start one with `yoloq up`, or point --home/YOLOQ_HOME at an existing state folder")
-    stack = current_stack()
-    url = explicit or stack.api_url
-    _require_answer(url, explicit is not None)
-    use_stack(stack)
-    os.environ["PREFECT_API_URL"] = url
-    check_access(url)
-    from prefect.client.orchestration import get_client
-
-    with _pointed_at(url), get_client(sync_client=True) as client:
-        yield client
-
+__all__ = ["Backend", "add_table_arguments", "backend", "explicit_api_url", "flush_events", "local_api", "print_json",
+           "print_json_lines", "stack_client", "table", "watch"]
 
 def flush_events() -> None:
     """Wait until the audit events this process emitted have been sent; `yoloq.cli.main` calls it
@@ -66,26 +33,6 @@ def flush_events() -> None:
             service.wait_until_empty()
 
 
-@contextmanager
-def _pointed_at(url: str) -> Iterator[None]:
-    """This process's Prefect settings point at `url`, even if prefect was imported before (its
-    settings are read at import); a settings copy costs ~0.2 s, so only when needed."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    if PREFECT_API_URL.value() == url:
-        yield
-        return
-    with temporary_settings(updates={PREFECT_API_URL: url}):
-        yield
-
-
-def explicit_api_url() -> str | None:
-    """PREFECT_API_URL as the user set it, unless YOLOQ_PORT names this host's stack (the stack's
-    own processes and tests set both)."""
-    url = (os.environ.get("PREFECT_API_URL") or "").strip().rstrip("/")
-    return url if url and not os.environ.get("YOLOQ_PORT") else None
-
-
 def local_api() -> Any | None:
     """This host's stack API as its local operator (`yoloq.client.local_stack`), or None: no state
     folder, no API answering, or the user's own PREFECT_API_URL naming another server."""
@@ -100,18 +47,6 @@ def local_api() -> Any | None:
         return None
     server = local_server(chosen_port(paths))
     return Remote(server, headers={USER_HEADER: actor()}) if server is not None else None
-
-
-def _require_answer(url: str, explicit: bool) -> None:
-    from yoloq.ops.stack import api_answers
-
-    if api_answers(url, timeout_s=ANSWER_TIMEOUT_S):
-        return
-    if explicit:
-        raise UserError("PREFECT_API_URL", f"no Prefect server answers on {url}",
-                        "check the address, or unset PREFECT_API_URL to use this host's `yoloq up` stack")
-    raise UserError("stack", f"no yoloq server answers on {url}",
-                    "start it with `yoloq up` (same --home/YOLOQ_HOME)")
 
 
 @dataclass

@@ -1,50 +1,16 @@
-"""What a `yoloq submit` batch is made of, and how its outcome is told: shared by the local
-command and its remote path (`_remote_submit`), which both sit above this module."""
+"""How a `yoloq submit` batch's outcome is told: shared by the local command and its remote path
+(`_remote_submit`). What a batch is made of (`Job`, its one error line) is the service layer's
+(`yoloq.service.submission`)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from yoloq.commands._client import print_json
-from yoloq.base.errors import UserError
+from yoloq.service.submission import Job, batch_error, stop_if_bad
 
-_NAMED_IN_ERROR = 5  # bad jobs named, after the first, in the one error line
-
-
-@dataclass
-class Job:
-    """One job of the batch, as it goes through analysis, checks and creation."""
-
-    source: str
-    spec: Any = None
-    analysis: Any = None
-    error: UserError | None = None
-    point: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-
-
-def stop_if_bad(jobs: list[Job], keep_going: bool, single: bool) -> None:
-    bad = [job for job in jobs if job.error is not None]
-    if bad and (not keep_going or len(bad) == len(jobs)):
-        raise batch_error(bad, single, created=0)
-
-
-def batch_error(bad: list[Job], single: bool, created: int) -> UserError:
-    """One line: the first bad job in full, then the file and field of the others."""
-    first = bad[0].error
-    assert first is not None
-    if single:
-        return first
-    others = ", ".join(f"{job.source} ({job.error.field})" for job in bad[1:1 + _NAMED_IN_ERROR]
-                       if job.error is not None)
-    more = len(bad) - 1 - _NAMED_IN_ERROR
-    tail = f"; {len(bad) - 1} more bad: {others}" + (f" and {more} others" if more > 0 else "") if others else ""
-    outcome = f"{created} other jobs created" if created else "nothing created"
-    fix = f"{first.fix}; " if first.fix else ""
-    return UserError(bad[0].source, f"{first.field}: {first.problem}{tail}",
-                     f"{fix}{outcome}; fix the specs and submit again")
+__all__ = ["Job", "batch_error", "print_job", "stop_if_bad"]
 
 
 def print_job(job: Job, as_json: bool, dry_run: bool, single: bool) -> None:

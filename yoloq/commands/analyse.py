@@ -1,27 +1,94 @@
-"""`yoloq analyse SPEC [--json] [--gpu NAME]`: validate, fingerprint, estimate, classify."""
+"""`yoloq analyse SPEC [--json] [--gpu NAME]`: the admission verdict `yoloq submit` would give,
+without queueing anything.
+
+The same path as `submit`, stopped before a run is created: the spec (or sweep file) is read by
+the same planner, and `yoloq.service.admission.admit` decides: the analysis (validate,
+fingerprint, estimate, classify), then the team's tier cap and the fit on the pool. Where the
+verdict is made follows `submit` too: the configured yoloq server (`yoloq login`), else for one
+job without --gpu this host's stack API, else this process against this host's stack. With no
+stack answering here, the tier cap is not checked and the fit only against a --gpu type given;
+the notes say so.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+from typing import Any
+
+from yoloq.commands._client import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("spec", help="job spec file (YAML or JSON)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("spec", help="job spec file (YAML or JSON), or a sweep file")
+    parser.add_argument("--json", action="store_true", help="one JSON object on one line (a sweep: one per job)")
     parser.add_argument("--gpu", help="GPU type for memory, max batch and time (default: the reference, "
-                        "V100-32GB): a name from yoloq/domain/gpus.py, e.g. A100-80GB, T4, CPU")
+                        "V100-32GB): a name from yoloq/domain/gpus.py, e.g. A100-80GB, T4, CPU; the fit "
+                        "is checked against it while the pool has no live node (as `submit --gpu`)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.analysis import analyse_file
+    from yoloq.domain import sweep
+    from yoloq.service.submission import Job, stop_if_bad
 
-    analysis = analyse_file(args.spec, gpu=args.gpu)
-    if args.json:
-        print(json.dumps(analysis.to_dict(), indent=2))
-    else:
-        print(summary(analysis.to_dict()))
+    jobs = [Job(p.source, spec=p.spec, error=p.error, point=p.point) for p in sweep.plan([args.spec], [])]
+    single = len(jobs) == 1
+    stop_if_bad(jobs, keep_going=False, single=single)
+    outcomes = _verdicts(jobs, args.gpu)
+    notes = list(dict.fromkeys(n for _, admission in outcomes for n in admission["notes"]))
+    for analysis, admission in outcomes:
+        if args.json:
+            print_json({**analysis, "admission": admission})  # one line per job
+        else:
+            print(summary(analysis) + _fit_line(admission.get("fit")))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _verdicts(jobs: list[Any], gpu: str | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(analysis, admission) per job, decided where `submit` would decide; the first refusal raises."""
+    from yoloq.client.remote import remote
+    from yoloq.commands._client import local_api
+
+    server = remote()
+    if server is None and gpu is None and len(jobs) == 1:
+        server = local_api()
+    if server is not None:
+        if gpu:
+            print(f"note: --gpu {gpu} is not used: the server checks the fit against its live nodes",
+                  file=sys.stderr)
+        with server:
+            answers = [server.post("/analyse", job.spec.model_dump(mode="json")) for job in jobs]
+        return [(a["analysis"], {k: v for k, v in a.items() if k != "analysis"}) for a in answers]
+    return [(v.analysis.to_dict(), v.to_dict()) for v in _local_verdicts(jobs, gpu)]
+
+
+def _local_verdicts(jobs: list[Any], gpu: str | None) -> list[Any]:
+    """In this process: against this host's stack when one answers, else against no pool."""
+    from yoloq.service.admission import pool_context, unseen_pool
+    from yoloq.service.connection import stack_answers_here, stack_client
+    from yoloq.service.submission import admit_on_pool, analyse_job, stop_if_bad
+
+    for job in jobs:
+        analyse_job(job, gpu)
+    stop_if_bad(jobs, keep_going=False, single=len(jobs) == 1)
+    if stack_answers_here():
+        with stack_client() as client:
+            pool = pool_context(client, gpu)
+    else:
+        pool = unseen_pool(gpu)
+    for job in jobs:
+        admit_on_pool(job, gpu, pool)
+    stop_if_bad(jobs, keep_going=False, single=len(jobs) == 1)
+    return [job.verdict for job in jobs]
+
+
+def _fit_line(fit: dict[str, Any] | None) -> str:
+    if not fit:
+        return ""
+    reduced = " (reduced to fit: not exact resume)" if fit.get("reduced") else ""
+    return f"\npool     fits {fit['gpu']} on node {fit['node']} at batch {fit['batch']}{reduced} ({fit['source']})"
 
 
 def summary(a: dict) -> str:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from datetime import datetime, timedelta, timezone
 
 from yoloq.commands._client import backend, print_json_lines
-from yoloq.base.errors import UserError
+from yoloq.service.usage import parse_audit_since as parse_since
 from yoloq.views.table import Column, day_time, render
 
 COLUMNS = (
@@ -28,18 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout (pandas)")
     parser.add_argument("--json", action="store_true", help="one JSON object per event, one per line")
     parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
-
-
-def parse_since(text: str) -> datetime:
-    match = re.fullmatch(r"(\d+)([mhd])", text.strip())
-    if match:
-        unit = {"m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return datetime.now(timezone.utc) - timedelta(**{unit: int(match.group(1))})
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError("--since", f"cannot read {text!r}", "use an ISO time or 30m, 12h, 7d") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def run(args: argparse.Namespace) -> int:

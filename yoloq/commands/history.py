@@ -1,5 +1,6 @@
 """`yoloq history JOB [--json]`: the job's timeline from its runs and audit events, with one
-`trained` row per epoch training from the epoch ledger (a repeated epoch shows twice).
+`trained` row per epoch training from the epoch ledger (a repeated epoch shows twice) and one
+row per change (tier changed, cancel requested) naming who made it (`yoloq.service.jobs.history`).
 From this host's stack, or the configured yoloq server (`GET /v1/jobs/{id}`'s history)."""
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from yoloq.views.timeline import job_timeline
+    from yoloq.service.jobs import history
 
     with backend() as where:
         if where.remote is not None:
             rows = where.remote.get(f"/jobs/{args.job}")["history"]
         else:
-            rows = job_timeline(where.client, args.job)
+            rows = history(where.client, args.job)
     if not rows:
         raise UserError("job", f"no job named {args.job!r}", "list jobs with `yoloq status`")
     if args.json:

@@ -9,11 +9,11 @@ on the user commands go through that server's REST API. Without `--token` it is 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from yoloq.commands._client import print_json
 from yoloq.base.errors import UserError
+from yoloq.settings import settings
 
 
 def add_login_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,7 @@ def run_login(args: argparse.Namespace) -> int:
     from yoloq.client.remote import Remote
 
     url = credentials.normal_url(args.url)
-    token = (args.token or os.environ.get(credentials.TOKEN_ENV) or _ask()).strip()
+    token = (args.token or settings().token or _ask()).strip()
     if not token:
         raise UserError("--token", "is empty", "give the team token `yoloq team add` printed")
     server = credentials.Server(url, token, "--token")

@@ -14,7 +14,7 @@ import math
 
 from yoloq.base.errors import UserError
 
-_POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-soft")
+_POLICY_NAMES = ("fifo", "priority", "las", "yoloq", "yoloq-defaults", "yoloq-1h-aging", "yoloq-soft")
 _SHAPES = ("light", "overloaded", "sustained", "urgent-bursts", "flood")
 
 
@@ -107,6 +107,9 @@ def format_summary(summary: dict) -> str:
             ("slowdown max / p95", f"{num(summary['max_slowdown'])} / {num(summary['p95_slowdown'])}"),
             ("Jain (team share vs entitlement)", num(summary["jain"])),
             ("GPU utilisation", num(summary["utilization"])),
+            ("makespan (first submit to last finish)", num(summary["makespan_s"], " s")),
+            ("team finish-time fairness max / p95",
+             f"{num(summary['team_ftf_max'])} / {num(summary['team_ftf_p95'])}"),
             ("GPU time idle while a job fitted", num(summary["idle_while_waiting_gpu_s"], " s")),
             ("preemptions per job", num(summary["preemptions_per_job"])),
             ("GPU time redone", num(summary["redone_gpu_s"], " s")),

@@ -17,7 +17,8 @@ from yoloq.commands._client import (
 from yoloq.base.errors import UserError
 from yoloq.views.table import Column, render as render_table
 
-_FIELDS = ("job_id", "team", "tier", "state", "epochs", "epochs_done", "segments", "preemptions", "flow_run_id")
+_FIELDS = ("job_id", "team", "tier", "submitted_tier", "state", "epochs", "epochs_done", "segments",
+           "preemptions", "flow_run_id", "weights")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,14 +54,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def job_rows(where: Any, job_id: str | None) -> list[dict[str, Any]]:
-    """The jobs as `JobRecord.to_dict()` rows, from the server or the local stack."""
+    """The jobs as `JobView.to_dict()` rows (the service's one view of a job), from the server or
+    the local stack; with a job id, its weights location too."""
     if where.remote is not None:
         found = [where.remote.get(f"/jobs/{job_id}")] if job_id else where.remote.get("/jobs")
         rows = [{k: row.get(k) for k in _FIELDS} for row in found]
     else:
-        from yoloq.records.jobs import list_jobs
+        from yoloq.service.jobs import job_views
 
-        rows = [j.to_dict() for j in list_jobs(where.client, job_id)]
+        rows = [view.to_dict() for view in job_views(where.client, job_id)]
     if job_id and not rows:
         raise UserError("job", f"no job named {job_id!r}", "list jobs with `yoloq status`")
     return rows
@@ -68,4 +70,9 @@ def job_rows(where: Any, job_id: str | None) -> list[dict[str, Any]]:
 
 def render(rows: list[dict[str, Any]], wide: bool = False) -> str:
     shown = [{**row, "progress": f"{row['epochs_done']}/{row['epochs']}"} for row in rows]
-    return render_table(shown, COLUMNS, wide=wide, empty="(no jobs)")
+    text = render_table(shown, COLUMNS, wide=wide, empty="(no jobs)")
+    weights = rows[0].get("weights") if len(rows) == 1 else None  # read for one job's view only
+    if weights:
+        what = "final weights (best.pt inside)" if weights.get("finished") else "newest checkpoint"
+        text += f"\nweights: {what}, epoch {weights['epoch']}: {weights.get('path') or weights['uri']}"
+    return text

@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from yoloq.commands._client import print_json, print_json_lines
-from yoloq.base.errors import UserError
 from yoloq.domain.tiers import TIER_NAMES
+from yoloq.service.teams import add_team, list_teams, remove_team
 from yoloq.views.table import Column, render
 
 COLUMNS = (
@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         _tell(args.json, {"team": args.name, "token": token},
               f"new token for {args.name}; the old one no longer works:", token)
     elif args.action == "remove":
-        remove_team(store, args.name)
+        for note in remove_team(store, args.name):
+            print(f"note: {note}", file=sys.stderr)
         _tell(args.json, {"team": args.name, "removed": True},
               f"team {args.name} removed (its token no longer works; its jobs stay)")
     else:
@@ -80,65 +81,11 @@ def _tell(as_json: bool, obj: dict, *lines: str) -> None:
         print("\n".join(lines))
 
 
-def add_team(store, name: str, weight: float | None = None, cap: str | None = None, owner: str = "",
-             admin: bool = False, label: str = "default", actor: str | None = None) -> str:
-    """Check, save the team's limits in the policy (if given), then add it; returns its token.
-    Shared by `yoloq team add` and `POST /v1/teams`."""
-    from yoloq.records.teams import check_team_name
-
-    check_team_name(name)
-    if cap is not None and cap not in TIER_NAMES:
-        raise UserError("cap", f"unknown tier {cap!r}", f"use one of: {', '.join(TIER_NAMES)}")
-    if weight is not None and weight <= 0:
-        raise UserError("weight", f"{weight} is not a positive weight", "give a weight above 0, e.g. 2")
-    if name in store.teams():
-        raise UserError("team", f"{name!r} already exists",
-                        f"rotate its token with `yoloq team rotate {name}`, or pick another name")
-    if weight is not None or cap is not None:
-        _with_policy(actor, lambda: _set_limits(name, weight, cap))
-    return store.add(name, owner=owner, admin=admin, label=label)
-
-
-def remove_team(store, name: str, actor: str | None = None) -> None:
-    """Remove the team from the store, and its weight, cap and quota from the policy."""
-    from yoloq.records.policy_edit import forget_team
-
-    store.get(name)
-    if _stack_answers():
-        _with_policy(actor, lambda: forget_team(name))
-    else:
-        print("note: no stack answers, so the team's weight, cap and quota stay in the policy", file=sys.stderr)
-    store.remove(name)
-
-
-def _set_limits(name: str, weight: float | None, cap: str | None) -> None:
-    from yoloq.records.policy_edit import set_limits
-
-    set_limits(name, weight, cap)
-
-
-def _with_policy(actor: str | None, change) -> None:
-    from contextlib import nullcontext
-
-    from yoloq.commands._client import stack_client
-    from yoloq.records.events import acting_as
-
-    with stack_client(), (acting_as(actor) if actor else nullcontext()):
-        change()
-
-
-def _stack_answers() -> bool:
-    from yoloq.ops.stack import current_stack, healthy
-
-    return healthy(current_stack())
-
-
 def _list(store, as_json: bool, wide: bool = False) -> None:
-    rows: list[dict[str, Any]] = [entry.public() for _, entry in sorted(store.teams().items())]
-    if _stack_answers():
-        _add_limits(rows)
-    else:
-        print("note: no stack answers, so weights, caps and quotas are not shown", file=sys.stderr)
+    listing = list_teams(store)
+    rows: list[dict[str, Any]] = listing.rows
+    for note in listing.notes:
+        print(f"note: {note}", file=sys.stderr)
     if as_json:
         print_json_lines(rows)
         return
@@ -146,15 +93,3 @@ def _list(store, as_json: bool, wide: bool = False) -> None:
         quota = row.get("quota")
         row["quota"] = f"{quota['tu']} TU/{quota['period']}" if quota else None
     print(render(rows, COLUMNS, wide=wide, empty="(no teams)"))
-
-
-def _add_limits(rows: list[dict[str, Any]]) -> None:
-    from yoloq.commands._client import stack_client
-    from yoloq.records.policy_edit import team_limits
-
-    with stack_client():
-        from blocks.policy import load_policy
-
-        policy = load_policy()
-    for row in rows:
-        row.update(team_limits(policy, row["team"]))

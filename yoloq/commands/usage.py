@@ -7,12 +7,10 @@ end times, team, the GPUs held and their speed. 1 TU = one V100 for 24 h.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
 
 from yoloq.commands._client import backend, print_json_lines
-from yoloq.base.errors import UserError
+from yoloq.service.usage import parse_since, usage_rows
 from yoloq.views.table import Column, render
 
 COLUMNS = (
@@ -23,8 +21,6 @@ COLUMNS = (
     Column("tu", "TU", priority=1, right=True, fmt=lambda tu: f"{tu:.6f}"),
 )
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--team", help="only this team")
@@ -33,13 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--csv", action="store_true", help="CSV on stdout (pandas)")
     out.add_argument("--json", action="store_true", help="one JSON object per team and job, one per line")
     parser.add_argument("--wide", action="store_true", help="show every column whole, whatever the terminal's width")
-
-
-def parse_since(text: str) -> float:
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
-    if not match:
-        raise UserError("--since", f"cannot read {text!r}", "write a number and a unit, e.g. 24h or 7d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,30 +52,3 @@ def run(args: argparse.Namespace) -> int:
         for team, total in sorted(totals.items()):
             print(f"team {team}: {total:.6f} TU since {args.since} ago")
     return 0
-
-
-def usage_rows(window_s: float, team: str | None = None) -> list[dict]:
-    """Rows (team, job, segments, gpu_s, tu) over the last `window_s` seconds; the caller has
-    pointed Prefect at the stack. Shared by `yoloq usage` and `GET /v1/usage`."""
-    from work_pools.usage import usage_table
-    from yoloq.base.settings import GPU_POOL
-
-    now = time.time()
-    rows = usage_table(_intervals(GPU_POOL, now), now, now - window_s, team)
-    for row in rows:
-        row["gpu_s"], row["tu"] = round(row["gpu_s"], 1), round(row["tu"], 6)
-    return rows
-
-
-def _intervals(pool: str, now: float):
-    """Every segment interval of the pool (the scheduler's own reader)."""
-    from prefect.client.orchestration import get_client
-    from prefect.utilities.asyncutils import run_coro_as_sync
-
-    from work_pools.usage import UsageBook
-
-    async def read():
-        async with get_client() as async_client:
-            return await UsageBook(pool).refresh(async_client, now)
-
-    return run_coro_as_sync(read())

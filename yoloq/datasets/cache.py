@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from yoloq.base.errors import DatasetError, UserError
+from yoloq.base.errors import DatasetError
 from yoloq.base.paths import state_paths
+from yoloq.settings import settings
 
 CACHE_GB_ENV = "YOLOQ_DATASET_CACHE_GB"
 DEFAULT_CACHE_GB = 50.0
@@ -45,17 +46,7 @@ log = logging.getLogger("yoloq.datasets")
 
 def cache_limit_bytes() -> int:
     """`YOLOQ_DATASET_CACHE_GB` (a positive number of GiB) in bytes."""
-    raw = os.environ.get(CACHE_GB_ENV, "").strip()
-    if not raw:
-        return int(DEFAULT_CACHE_GB * GB)
-    try:
-        value = float(raw)
-        if not value > 0 or value == float("inf"):
-            raise ValueError
-    except ValueError:
-        raise UserError(CACHE_GB_ENV, f"must be a positive number of GB, not {raw!r}",
-                        f"e.g. {CACHE_GB_ENV}=50") from None
-    return int(value * GB)
+    return int(settings().dataset_cache_gb * GB)
 
 
 def default_cache(logger: Any = None) -> DatasetCache:

@@ -96,9 +96,9 @@ def parse_s3_uri(uri: str, field_name: str = "data") -> S3Uri:
 def dataset_client() -> Any:
     """An S3 client with the checkpoint store's endpoint and credentials (see module doc)."""
     from blocks.s3 import S3CheckpointStore, make_s3_client
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    store = settings.checkpoint_store()
+    store = stores.checkpoint_store()
     if isinstance(store, S3CheckpointStore):
         return store.client()
     return make_s3_client(None, os.environ.get("AWS_DEFAULT_REGION") or "us-east-1", None, None)

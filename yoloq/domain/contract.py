@@ -53,6 +53,13 @@ TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job w
 EPOCH_LABEL = "yoloq.epoch"  # the last epoch checkpointed
 CHECKPOINT_AT_LABEL = "yoloq.checkpoint_at"  # when (epoch seconds)
 FINALISED_LABEL = "yoloq.finalised"  # on the segment run that ended the job's MLflow run
+# On a segment run, written by `yoloq down` (a drain, `work_pools.drain`) and the segment:
+DRAIN_LABEL = "yoloq.drain"  # "requested" on a segment `down` asked to stop
+DRAIN_REASON_LABEL = "yoloq.drain_reason"
+DRAIN_ASKED_AT_LABEL = "yoloq.drain_asked_at"
+TRAINED_LABEL = "yoloq.trained_epoch"  # epochs done in total, written at every epoch end
+EPOCH_S_LABEL = "yoloq.epoch_s"  # the last epoch's duration, measured by the segment
+CHECKPOINT_S_LABEL = "yoloq.checkpoint_s"  # the last checkpoint upload's duration
 # On a job's parent (`yolo-job`) run:
 ANNOUNCE_LABEL = "yoloq.announce"  # its first segment's plan (JSON), "" once queued
 PARENT_TOKEN_LABEL = "yoloq.parent_token"  # the live parent process's token
@@ -89,6 +96,8 @@ QUOTA_EVENT = "yoloq.team.quota_exceeded"
 DATASET_UPDATED_EVENT = "dataset.updated"  # `yoloq dataset updated`; prefect.yaml's retrain trigger
 DATASET_RESOURCE_PREFIX = "yoloq.dataset."  # a dataset's event resource: yoloq.dataset.<folder name>
 NODE_RESOURCE_PREFIX = "yoloq.node."  # a node's event resource: yoloq.node.<name>
+POLICY_CHANGED_EVENT = "yoloq.policy.changed"  # the saved scheduling policy changed
+POLICY_RESOURCE = "yoloq.policy"  # its event resource id
 SLOT_FREED_EVENT = "yoloq.slot.freed"  # a segment's process on a node has exited
 RESOURCE_TEAM = "yoloq.team"  # the event resource's key naming the team
 RESOURCE_DATASET_PATH = "yoloq.dataset.path"  # the event resource's key naming a dataset's file

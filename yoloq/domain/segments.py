@@ -8,9 +8,10 @@ boundary. Short segments decide more often but pay ~4 s of process start each
 from __future__ import annotations
 
 import math
-import os
 
-TARGET_SEGMENT_S = float(os.environ.get("YOLOQ_TARGET_SEGMENT_S", 600))
+from yoloq.settings import settings
+
+TARGET_SEGMENT_S = settings().target_segment_s
 
 
 def segment_epochs_for(epochs: int, est_epoch_s: float, target_s: float = TARGET_SEGMENT_S) -> int:

@@ -27,6 +27,7 @@ from pydantic import (
 
 from yoloq.base.errors import SpecError
 from yoloq.domain.tiers import TIER_NAMES, Tier
+from yoloq.settings import settings
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 MAX_BATCH = 4096  # the spec's upper limit for `batch` (estimates never report more)
@@ -291,7 +292,7 @@ def resolve_weights(name: str, base_dir: Path) -> Path:
     if given.is_absolute():
         return given
     local = Path(os.path.abspath(base_dir / given))
-    folder = os.environ.get(WEIGHTS_DIR_ENV)
+    folder = settings().weights_dir
     if not os.path.lexists(local) and folder and len(given.parts) == 1:
         shared = Path(os.path.abspath(Path(folder).expanduser() / given))
         if os.path.lexists(shared):

@@ -18,7 +18,6 @@ interval: every uploaded file is an exact epoch boundary.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from yoloq.base import offline
 from yoloq.engine import rng_isolation
 from yoloq.base.errors import UserError
 from yoloq.domain.spec import JobSpec
+from yoloq.settings import settings
 
 # Arguments a segment always sets, whatever the spec's train_args say.
 _FORCED = {"resume": False, "save": True, "exist_ok": True, "save_period": -1}
@@ -38,13 +38,8 @@ CHECKPOINT_EVERY_ENV = "YOLOQ_CHECKPOINT_EVERY"
 
 def checkpoint_every_from_env() -> int | None:
     """`YOLOQ_CHECKPOINT_EVERY`: "auto" or unset -> None (by cost), or a positive number."""
-    value = os.environ.get(CHECKPOINT_EVERY_ENV, "").strip().lower()
-    if value in ("", "auto"):
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise UserError(CHECKPOINT_EVERY_ENV, f"{value!r} is not a number of epochs",
-                        "use auto or a whole number >= 1")
-    return int(value)
+    value = settings().checkpoint_every
+    return None if value == "auto" else value
 
 
 @dataclass(frozen=True)

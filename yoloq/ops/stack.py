@@ -23,9 +23,11 @@ from pathlib import Path
 from yoloq.base import offline
 from yoloq.base.errors import UserError
 from yoloq.base.paths import PROJECT_DIR, StatePaths, state_paths
+from yoloq.settings import settings
 
 SERVICES = ("server", "runner", "worker", "api")
 STOP_GRACE_S = 8.0
+DRAIN_START_S = 30.0  # for the agent to release its lease and ask its segments (a loaded host)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class Stack:
     @property
     def rest_port(self) -> int:
         """The yoloq REST API's port: `$YOLOQ_API_PORT`, else the Prefect port plus one."""
-        return int(os.environ.get("YOLOQ_API_PORT") or self.port + 1)
+        return settings().api_port or self.port + 1
 
     @property
     def rest_url(self) -> str:
@@ -67,7 +69,7 @@ def stack_env(stack: Stack) -> dict[str, str]:
         "YOLOQ_PORT": str(stack.port),
         "YOLOQ_PROJECT_DIR": str(PROJECT_DIR),
         "PREFECT_PROFILES_PATH": str(PROJECT_DIR / "profiles" / "profiles.toml"),
-        "PREFECT_PROFILE": os.environ.get("YOLOQ_PROFILE", "local"),
+        "PREFECT_PROFILE": settings().profile or "local",
         "PREFECT_HOME": str(stack.paths.prefect_home),
         "PREFECT_API_URL": stack.api_url,
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
@@ -105,7 +107,7 @@ def up(port: int | None = None, echo=print) -> Stack:
         _refuse_taken_port(stack.port, "YOLOQ_PORT")
         _start(stack, "server", [sys.executable, "-m", "yoloq.ops.server", "--host", "127.0.0.1",
                                  "--port", str(stack.port)], env)
-    _wait_healthy(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))  # a loaded host: more
+    _wait_healthy(stack, timeout_s=settings().server_start_s)  # a loaded host: more
     echo(f"Prefect server: {stack.ui_url} (state {stack.paths.prefect_home})")
     use_stack(stack)
     from yoloq.ops.deploy import ensure_pools_and_deployments, recover_interrupted
@@ -122,7 +124,7 @@ def up(port: int | None = None, echo=print) -> Stack:
     if not _running(stack, "api"):
         _refuse_taken_port(stack.rest_port, "YOLOQ_API_PORT")
         _start(stack, "api", [sys.executable, "-m", "yoloq.api", "--port", str(stack.rest_port)], env)
-    _wait_api(stack, timeout_s=float(os.environ.get("YOLOQ_SERVER_START_S") or 90))
+    _wait_api(stack, timeout_s=settings().server_start_s)
     echo(f"yoloq API: {stack.rest_url} (docs {stack.rest_url}/docs)")
     return stack
 
@@ -168,24 +170,80 @@ def _wait_api(stack: Stack, timeout_s: float) -> None:
                     f"see {log}; is port {stack.rest_port} taken? set YOLOQ_API_PORT")
 
 
-def down(echo=print) -> int:
-    """Stop everything `up` started for this state folder. Returns how many processes stopped."""
+def down(echo=print, drain_timeout_s: float | None = None) -> int:
+    """Stop everything `up` started for this state folder. Returns how many processes stopped.
+
+    The REST API, the job runner and the node agent are stopped together; the agent drains
+    while the Prefect server is still up (it releases the scheduler lease, its segments stop
+    at their next epoch boundary with a checkpoint within one epoch plus the checkpoint, or
+    `drain_timeout_s`, and the rest are stopped hard: `work_pools.drain`). The server stops
+    last. What the drain did is echoed, one line a job."""
     stack = current_stack()
-    stopped = 0
-    for name in reversed(SERVICES):
-        pid = _read_pid(stack, name)
-        if pid and _signal_group(pid, signal.SIGTERM):
-            stopped += 1
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_running(stack, n) for n in SERVICES):
-        time.sleep(0.2)
+    stopped = _signal_services(stack, ("api", "runner"), signal.SIGTERM)
+    stopped += _drain_worker(stack, drain_timeout_s, echo)
+    stopped += _stop_services(stack, ("api", "runner"), signalled=True)
+    stopped += _stop_services(stack, ("server",))
     for name in SERVICES:
-        pid = _read_pid(stack, name)
-        if pid:
-            _signal_group(pid, signal.SIGKILL)
         (stack.paths.pids / f"{name}.pid").unlink(missing_ok=True)
     stopped += sweep_processes(stack.paths.root)
     echo(f"stopped ({stopped} process group(s)); state kept in {stack.paths.root}")
+    return stopped
+
+
+def _signal_services(stack: Stack, names: tuple[str, ...], sig: signal.Signals) -> int:
+    stopped = 0
+    for name in names:
+        pid = _read_pid(stack, name)
+        if pid and _signal_group(pid, sig):
+            stopped += 1
+    return stopped
+
+
+def _stop_services(stack: Stack, names: tuple[str, ...], signalled: bool = False) -> int:
+    """SIGTERM each service's process group (unless `signalled` already), SIGKILL what is left
+    after `STOP_GRACE_S`."""
+    stopped = 0 if signalled else _signal_services(stack, names, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(_running(stack, n) for n in names):
+        time.sleep(0.2)
+    for name in names:
+        pid = _read_pid(stack, name)
+        if pid:
+            _signal_group(pid, signal.SIGKILL)
+    return stopped
+
+
+def _drain_worker(stack: Stack, timeout_s: float | None, echo) -> int:
+    """Stop the node agent, draining its segments first when the server can take the drain."""
+    from work_pools import drain
+
+    pid = _read_pid(stack, "worker")
+    if not pid or not _running(stack, "worker"):
+        return _stop_services(stack, ("worker",))
+    since = time.time()
+    draining = healthy(stack)
+    if draining:
+        drain.write_request(stack.paths.root, timeout_s)
+        echo("draining: running segments stop at their next epoch boundary with a checkpoint"
+             + (f" (at most {timeout_s:g} s)" if timeout_s is not None else ""))
+    try:
+        os.kill(pid, signal.SIGTERM)  # the agent alone: its launcher must outlive the drain
+    except ProcessLookupError:
+        pass
+    while _running(stack, "worker"):
+        planned = drain.read_deadline(stack.paths.root, since) if draining else None
+        limit = (planned if planned is not None else since + DRAIN_START_S) + STOP_GRACE_S
+        if time.time() > limit:
+            break
+        time.sleep(0.2)
+    stopped = _stop_services(stack, ("worker",)) + 1
+    report = drain.read_report(stack.paths.root, since) if draining else None
+    if report is not None:
+        for line in drain.report_lines(report):
+            echo(line)
+    elif draining:
+        echo("drain: the node agent did not report; its segments were stopped hard and resume "
+             "from their last checkpoints")
     return stopped
 
 
@@ -205,11 +263,6 @@ def sweep_processes(root: Path) -> int:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return killed
-
-
-def status_line(stack: Stack) -> str:
-    parts = [f"{name}: {'up' if _running(stack, name) else 'down'}" for name in SERVICES]
-    return f"{stack.ui_url}  " + ", ".join(parts)
 
 
 def _start(stack: Stack, name: str, command: list[str], env: dict[str, str]) -> int:
@@ -283,7 +336,7 @@ def _signal_group(pid: int, sig: signal.Signals) -> bool:
 
 def chosen_port(paths: StatePaths) -> int | None:
     """The Prefect port of this state folder's stack: `$YOLOQ_PORT`, else the one `up` saved."""
-    return int(os.environ.get("YOLOQ_PORT") or 0) or _saved_port(paths)
+    return settings().port or _saved_port(paths)
 
 
 def _saved_port(paths: StatePaths) -> int | None:

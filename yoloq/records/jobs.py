@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.base.settings import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+from yoloq.base.stores import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 from yoloq.domain.contract import job_tag, preemption_count, progress_epoch
 
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
@@ -25,6 +25,7 @@ class JobRecord:
     epochs_done: int = 0
     segments: list[Any] = field(default_factory=list)
     flow_run: Any = None
+    submitted_tier: str = ""  # the spec's tier; `tier` is the current one (after `yoloq retier`)
 
     @property
     def preemptions(self) -> int:
@@ -81,12 +82,21 @@ def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRe
         rid = run.name
         segments = segments_of(client, rid)
         done = max([progress_epoch(s) for s in segments] or [0])
+        submitted = spec.get("priority", "normal")
         records.append(JobRecord(job_id=rid, team=spec.get("team", "?"),
-                                 tier=spec.get("priority", "normal"),
+                                 tier=current_tier(run) or submitted, submitted_tier=submitted,
                                  state=run.state.name if run.state else "?",
                                  epochs=int(spec.get("epochs", 0)), epochs_done=done,
                                  segments=segments, flow_run=run))
     return records
+
+
+def current_tier(parent: Any) -> str | None:
+    """The tier `yoloq retier` set on the job's parent run (None: never retiered): the one read
+    of a job's current tier, for `status`, the REST API and the web page alike."""
+    from work_pools.segments import TIER_LABEL
+
+    return (parent.labels or {}).get(TIER_LABEL) or None
 
 
 def active_segments(client) -> list[Any]:
@@ -150,9 +160,9 @@ def epoch_trainings(job_id: str, store: Any = None) -> list[EpochRecord]:
     node, start, end), oldest first, read from its newest checkpoint metadata in the store
     (default: this process's configured store). An epoch trained twice has two records;
     count them with `trainings_per_epoch`."""
-    from yoloq.base import settings
+    from yoloq.base import stores
 
-    store = store or settings.checkpoint_store()
+    store = store or stores.checkpoint_store()
     latest = store.latest(job_id)
     return list(latest.trainings) if latest else []
 

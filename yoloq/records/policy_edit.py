@@ -1,6 +1,7 @@
-"""Changes to the saved scheduling policy (`yoloq-policy` block) for one team: weight, tier cap
-and Training Unit quota. Shared by `yoloq quota`, `yoloq team` and the API's admin routes; the
-scheduler re-reads the block within 30 s, so what is saved here is what it enforces.
+"""Changes to the saved scheduling policy (`yoloq-policy` block): one team's weight, tier cap and
+Training Unit quota, or any other key (`yoloq policy set`). Shared by `yoloq quota`, `yoloq team`,
+`yoloq policy` and the API's admin routes; the scheduler re-reads the block within 30 s, so what
+is saved here is what it enforces, unless an environment variable of the stack overrides the key.
 
 The caller has pointed Prefect at the stack. Each change is read-modify-write of one block,
 serialised within this process; every change is an audit event with the acting caller.
@@ -19,16 +20,11 @@ _LOCK = threading.Lock()
 
 
 def edit_policy(change: Callable[[Any], None]) -> None:
-    """Apply `change(block)` to the saved block (first change: what the worker uses now) and save it."""
-    from blocks.policy import (
-        POLICY_BLOCK,
-        SchedulingPolicy,
-        saved_block,
-        settings_from_env,
-    )
+    """Apply `change(block)` to the saved block (the first change: to the defaults) and save it."""
+    from blocks.policy import POLICY_BLOCK, SchedulingPolicy, saved_block
 
     with _LOCK:
-        block = saved_block() or SchedulingPolicy.from_settings(settings_from_env())
+        block = saved_block() or SchedulingPolicy()  # stored values only: an env override stays explicit
         change(block)
         block.save(POLICY_BLOCK, overwrite=True)
 
@@ -80,6 +76,79 @@ def forget_team(team: str) -> None:
         block.quotas = {t: q for t, q in block.quotas.items() if t != team}
 
     edit_policy(change)
+
+
+SET_BY_TEAM_COMMANDS = {"team_weights": "yoloq team add NAME --weight W", "tier_caps": "yoloq team add NAME --cap TIER",
+                        "quotas": "yoloq quota TEAM --tu X"}
+
+
+def settable_keys() -> tuple[str, ...]:
+    """The policy keys `yoloq policy set` takes (per-team maps have their own commands)."""
+    from blocks.policy import policy_keys
+
+    return tuple(k for k in policy_keys() if k not in SET_BY_TEAM_COMMANDS)
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """`["min_runtime_s=0", ...]` -> {key: raw value}; an unknown key or a missing `=` is one line."""
+    values: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(item or "KEY=VALUE", "is not KEY=VALUE", "write e.g. min_runtime_s=0")
+        check_settable(key)
+        values[key] = value.strip()
+    if not values:
+        raise UserError("KEY=VALUE", "none given", "write e.g. yoloq policy set min_runtime_s=0")
+    return values
+
+
+def check_settable(key: str) -> None:
+    if key in SET_BY_TEAM_COMMANDS:
+        raise UserError(key, "is set per team", f"use `{SET_BY_TEAM_COMMANDS[key]}`")
+    if key not in settable_keys():
+        raise UserError(key, "is not a policy key", f"use one of: {', '.join(settable_keys())}")
+
+
+def set_policy_keys(values: dict[str, str]) -> dict[str, Any]:
+    """Check `values` against the block's types and ranges, then save them; returns the typed
+    values saved. A bad value is one line naming the key; nothing is saved unless all are good."""
+    from pydantic import ValidationError
+
+    from blocks.policy import SchedulingPolicy
+
+    for key in values:
+        check_settable(key)
+    try:
+        typed = SchedulingPolicy.model_validate({**SchedulingPolicy().values(), **values})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else "policy"
+        raise UserError(key, f"{error['msg'].lower()}, not {values.get(key)!r}",
+                        f"give {key} a valid value (`yoloq policy show` lists the current ones)") from None
+    saved = {key: getattr(typed, key) for key in values}
+
+    def change(block) -> None:
+        for key, value in saved.items():
+            setattr(block, key, value)
+
+    edit_policy(change)
+    emit_policy_event(saved)
+    return saved
+
+
+def emit_policy_event(changed: dict[str, Any]) -> None:
+    """A `yoloq.policy.changed` audit event naming the acting caller and the keys set."""
+    from prefect.events import emit_event
+
+    from yoloq.records.events import actor
+
+    from yoloq.domain.contract import POLICY_CHANGED_EVENT, POLICY_RESOURCE
+
+    emit_event(event=POLICY_CHANGED_EVENT,
+               resource={"prefect.resource.id": POLICY_RESOURCE, "prefect.resource.name": "yoloq-policy"},
+               payload={"actor": actor(), "changed": changed})
 
 
 def team_limits(policy, team: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import logging
-import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -48,6 +47,7 @@ from mlflow.utils.validation import (  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.contract import (TAG_JOB_ID, TAG_PREEMPTIONS, TAG_SEGMENTS, TAG_TEAM,  # noqa: E402, F401
                                    TAG_TIER)
+from yoloq.settings import settings  # noqa: E402
 
 _COUNTER_TAGS = (TAG_SEGMENTS, TAG_PREEMPTIONS)
 # MLflow's portable name rule (its Windows rule; other systems also allow ':').
@@ -333,7 +333,7 @@ def retrying(what: str, fn: Any, limit_s: float | None = None) -> Any:
     raised. Anything else (a bad request, a missing run) is raised at once."""
     from yoloq.base.retry import retry_transient
 
-    limit = float(os.environ.get(RETRY_ENV) or DEFAULT_RETRY_S) if limit_s is None else limit_s
+    limit = settings().mlflow_retry_s if limit_s is None else limit_s
     return retry_transient(fn, f"MLflow: {what}", is_transient, _LOG.warning, limit, max_delay_s=15.0)
 
 

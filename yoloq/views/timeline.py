@@ -20,7 +20,7 @@ def job_timeline(client: Any, job_id: str) -> list[dict[str, Any]]:
         return []
     job = jobs[0]
     rows: list[dict[str, Any]] = [_at(job.flow_run.created, "submitted",
-                                      f"team {job.team}, tier {job.tier}, {job.epochs} epochs")]
+                                      f"team {job.team}, tier {job.submitted_tier or job.tier}, {job.epochs} epochs")]
     for i, seg in enumerate(job.segments):
         params = seg.parameters or {}
         first = start_epoch(seg)
