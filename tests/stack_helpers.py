@@ -25,6 +25,19 @@ def write_spec(path: Path, data: Path, **overrides) -> Path:
     return path
 
 
+# What `use_stack` puts in this process's environment for the session's stack. A CLI run for a
+# private state folder must not inherit them: an explicit PREFECT_API_URL names the server to
+# use, so `yoloq --home PRIVATE team add` would write into the session's stack.
+SESSION_STACK_ENV = ("PREFECT_HOME", "PREFECT_API_URL", "PREFECT_PROFILE", "PREFECT_SERVER_API_PORT",
+                     "YOLOQ_PORT", "YOLOQ_API_PORT", "YOLOQ_SERVER", "YOLOQ_TOKEN")
+
+
+def private_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment for a CLI that drives the stack of state folder `home` alone."""
+    env = {k: v for k, v in os.environ.items() if k not in SESSION_STACK_ENV}
+    return {**env, "YOLOQ_HOME": str(home), **extra}
+
+
 def yoloq(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "yoloq.cli", *args], capture_output=True,
                           text=True, timeout=300)

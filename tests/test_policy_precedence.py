@@ -11,13 +11,13 @@ The reproduction of the report: save the block through `team add --cap normal`, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import httpx
 import psutil
 import pytest
+from stack_helpers import private_env
 
 pytestmark = pytest.mark.service
 
@@ -27,11 +27,9 @@ ENV_KEY = "YOLOQ_MIN_RUNTIME_S"
 def _env(home, **extra: str) -> dict[str, str]:
     from yoloq.settings import policy_env_names
 
-    env = {**os.environ, "YOLOQ_HOME": str(home), "YOLOQ_PORT": "", "YOLOQ_API_PORT": ""}
+    env = private_env(home)
     for name in policy_env_names().values():  # only what a test sets: the session's own stays out
         env.pop(name, None)
-    env.pop("YOLOQ_SERVER", None)
-    env.pop("YOLOQ_TOKEN", None)
     return {**env, **extra}
 
 

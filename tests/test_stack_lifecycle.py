@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from stack_helpers import write_spec
+from stack_helpers import private_env, write_spec
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.service, pytest.mark.training]
 def cli(home, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "yoloq.cli", "--home", str(home), *args],
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "YOLOQ_HOME": str(home), "YOLOQ_PORT": ""})
+                          env=private_env(home))
 
 
 def stack_processes(home) -> list[int]:

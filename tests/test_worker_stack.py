@@ -106,7 +106,9 @@ def _cancel(job: str) -> None:
 
 
 def test_no_preemption_inside_min_runtime(yoloq_stack, tiny_dataset, long_epochs_dataset, tmp_path):
-    with worker_with(YOLOQ_MIN_RUNTIME_S=3600):
+    """With urgent's override turned off (it is on by default), a victim inside its minimum
+    runtime keeps its GPU and the urgent job waits for it to finish."""
+    with worker_with(YOLOQ_MIN_RUNTIME_S=3600, YOLOQ_URGENT_OVERRIDES_MIN_RUNTIME=0):
         low = submit(write_spec(tmp_path / "low.yaml", long_epochs_dataset, name="thrash-low",
                                 priority="low", epochs=2, segment_epochs=2, batch=16, export=[]))
         wait_for(lambda: running_epoch(low) is not None, "low running")

@@ -130,7 +130,8 @@ class JobTracker:
 
     def _run_for_job(self, job_id: str, params: Mapping[str, Any] | None,
                      tags: Mapping[str, str] | None) -> str:
-        run_id = self.find_run(job_id) or self._create_run(job_id)
+        with _run_creation_lock(self.tracking_uri, job_id):
+            run_id = self.find_run(job_id) or self._create_run(job_id)
         run = self.client.get_run(run_id)
         if run.info.status != "RUNNING":
             self.client.update_run(run_id, status="RUNNING")
@@ -160,7 +161,13 @@ class JobTracker:
         return oldest.info.run_id
 
     def _create_run(self, job_id: str) -> str:
-        """Create the run; if another process created one at the same time, keep the oldest."""
+        """Create the run; if another process created one at the same time, keep the oldest.
+
+        "Oldest" alone can disagree: a process that stamped its run first but committed it
+        second sees only its own run, while the other sees both and keeps the older. On a
+        SQLite store `_run_creation_lock` makes find-or-create one step; on a tracking
+        server one job's segments start one at a time (the scheduler's rule), so the
+        rule below is the fallback."""
         tags = {TAG_JOB_ID: job_id, **{key: "0" for key in _COUNTER_TAGS}}
         created = self.client.create_run(self._experiment(), tags=tags, run_name=job_id)
         winner = self.find_run(job_id) or created.info.run_id
@@ -322,6 +329,27 @@ def _first_use_lock(tracking_uri: str) -> Iterator[None]:
         try:
             yield
             ready.touch()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _run_creation_lock(tracking_uri: str, job_id: str) -> Iterator[None]:
+    """Serialise find-or-create of one job's run on a SQLite store (a lock file per job,
+    so a process stopped inside this step can stall only its own job)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+    import hashlib
+
+    locks = Path(tracking_uri.removeprefix("sqlite:///") + ".locks")
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(job_id.encode()).hexdigest()[:24]
+    with open(locks / f"run-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
