@@ -46,7 +46,7 @@ def prometheus(yoloq_stack, tmp_path):
     config = tmp_path / "prometheus.yml"
     config.write_text(f"""global:
   scrape_interval: 2s
-  scrape_timeout: 2s
+  scrape_timeout: 2s  # a scrape slower than this (a loaded CI host) shows in scrape_health()
 scrape_configs:
   - job_name: yoloq
     metrics_path: /metrics
@@ -87,6 +87,17 @@ def query(url: str, promql: str) -> list[dict]:
 def _value(url: str, promql: str) -> float | None:
     result = query(url, promql)
     return float(result[0]["value"][1]) if result else None
+
+
+def scrape_health(url: str) -> str:
+    """How Prometheus's scrapes of the API went over the last five minutes (for a failure)."""
+    def value(promql: str) -> str:
+        found = _value(url, promql)
+        return "none" if found is None else f"{found:g}"
+
+    return (f"scrapes {value('count_over_time(up[5m])')}, successful {value('sum_over_time(up[5m])')}, "
+            f"slowest {value('max_over_time(scrape_duration_seconds[5m])')} s; "
+            f"submitted-counter samples {value('sum(count_over_time(yoloq_jobs_submitted_total[5m]))')}")
 
 
 def yoloq(*args: str) -> subprocess.CompletedProcess:
@@ -205,8 +216,13 @@ def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus,
             assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
             assert query(prometheus, "yoloq_queue_wait_seconds_count")  # histograms exported
             assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
-            wait_for(lambda: (_value(prometheus, "sum(increase(yoloq_jobs_submitted_total[5m]))") or 0) >= 1,
-                     "increase() over the submitted-jobs counter to see the submits", timeout_s=60)
+            # increase() needs two successful scrapes around a submit: the counter's samples
+            # before the second submit and after it (a scrape that times out gives none)
+            try:
+                wait_for(lambda: (_value(prometheus, "sum(increase(yoloq_jobs_submitted_total[5m]))")
+                                  or 0) >= 1, "increase() over the submitted-jobs counter", timeout_s=120)
+            except AssertionError as timed_out:
+                raise AssertionError(f"{timed_out} ({scrape_health(prometheus)})") from None
             after = scrape(yoloq_stack)
             assert_conventional(after)
             assert total(after, "yoloq_jobs_submitted") == total(before, "yoloq_jobs_submitted") + 2
