@@ -163,7 +163,7 @@ def make_spec(data: Path, index: int):
 def submit(data: Path, start: int, stop: int) -> float:
     """Submit jobs start..stop-1 (the call `yoloq submit` makes to create a job's run, without
     the CLI's analysis, fit and policy checks); return the mean seconds per submit."""
-    from flows.recovery import patiently
+    from yoloq.base.retry import patiently
     from yoloq.commands.submit import create_job_run
 
     log = logging.getLogger("queue_scale")

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.base.stores import node_name
+from yoloq.base.names import node_name
 
 
 def _now() -> str:

@@ -24,10 +24,13 @@ from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
 
 share_client_tls_context()
 
-from flows.recovery import backoff_s, max_retries, patiently  # noqa: E402
+from flows.recovery import backoff_s, max_retries  # noqa: E402
+
+from yoloq.base.retry import patiently  # noqa: E402
 from work_pools.announce import ANNOUNCED_TIERS  # noqa: E402
 from work_pools.segments import segment_plan  # noqa: E402
-from yoloq.base import stores  # noqa: E402
+from blocks import stores  # noqa: E402
+from yoloq.base.names import SEGMENT_DEPLOYMENT, node_name  # noqa: E402
 from yoloq.domain.contract import (FINALISED_LABEL, PARENT_TOKEN_LABEL, PREEMPTED,  # noqa: E402
                                    PREEMPTED_BY_LABEL, THROTTLE_GPU_LABEL, THROTTLE_LABEL,
                                    SegmentPlan, as_plan, plan_of, run_tags, was_preempted)
@@ -37,8 +40,9 @@ from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 @task(name="analyse")
 def analyse_task(spec: dict[str, Any]) -> dict[str, Any]:
     from yoloq.analysis import analyse
+    from yoloq.datasets.validate import validate_dataset
 
-    return analyse(parse_spec(spec)).to_dict()
+    return analyse(parse_spec(spec), validate=validate_dataset).to_dict()
 
 
 def plan_segment_epochs(job: JobSpec, analysis: dict[str, Any]) -> int:
@@ -176,7 +180,7 @@ def _segment_run(job: JobSpec, job_id: str, done: int, target: int, plan: Segmen
         return _wait_final(live[0].id, logger)
     name, key = segment_identity(job_id, done, target, earlier)
     run = patiently(lambda: run_deployment(  # a busy server answers 503; the key makes a retry safe
-        stores.SEGMENT_DEPLOYMENT,
+        SEGMENT_DEPLOYMENT,
         parameters={"job_id": job_id, "spec": job.model_dump(), "stop_after_epoch": target,
                     "plan": plan.to_dict(), **({"mlflow_params": params} if params else {})},
         work_queue_name=job.tier.queue,
@@ -248,7 +252,7 @@ class ParentGuard:
         import uuid
 
         self.job_id, self.logger = job_id, logger
-        self.token = f"{uuid.uuid4().hex[:12]}@{stores.node_name()}:{os.getpid()}"
+        self.token = f"{uuid.uuid4().hex[:12]}@{node_name()}:{os.getpid()}"
         self.run_id = current_run.get_id()
         if self.run_id:
             patiently(self._write, "writing the job's parent token", logger)

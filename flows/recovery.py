@@ -1,20 +1,18 @@
-"""What a job does when something breaks: which errors are transient, how long to wait, and
-which runs `yoloq up` may recover.
+"""What a job does when something breaks: how long to wait, and which runs `yoloq up` may
+recover.
 
-A transient error (a store, tracking server or API that cannot be reached, a full
-disk, a configured block that cannot be read) ends a segment `Crashed`, and its
-parent queues it again after a backoff, a bounded number of times. Anything else
-(a bad spec, a checkpoint that contradicts the plan) ends it `Failed` at once.
+A transient error (`yoloq.base.retry.is_transient`: a store, tracking server or API that
+cannot be reached, a full disk, a configured block that cannot be read) ends a segment
+`Crashed`, and its parent queues it again after a backoff, a bounded number of times.
+Anything else (a bad spec, a checkpoint that contradicts the plan) ends it `Failed` at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from yoloq.settings import settings
-
-T = TypeVar("T")
 
 MAX_RETRIES_ENV = "YOLOQ_SEGMENT_RETRIES"
 BACKOFF_ENV = "YOLOQ_RETRY_BACKOFF_S"
@@ -31,42 +29,6 @@ def backoff_s(attempt: int) -> float:
     The first retry is immediate: a killed segment costs only its partial epoch."""
     base = settings().retry_backoff_s
     return 0.0 if attempt <= 1 else min(base * 2 ** (attempt - 2), 300.0)
-
-
-# boto3's upload and download wrap the botocore ClientError they met (e.g. a 503 SlowDown that
-# outlasted botocore's own retries) in these; CI saw one end a job Failed.
-_TRANSIENT_LIBRARY_ERRORS = frozenset({
-    "botocore.BotoCoreError", "botocore.ClientError", "boto3.S3UploadFailedError",
-    "boto3.S3TransferFailedError", "httpx.TransportError", "mlflow.MlflowException",
-    "prefect.PrefectHTTPStatusError"})
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures of the surroundings, not of the job: retrying later may succeed."""
-    from yoloq.engine.segment import ResumeMismatch
-    from yoloq.base.errors import UserError
-    from yoloq.base.stores import StoreUnavailable
-
-    if isinstance(exc, (UserError, ResumeMismatch)):
-        return False
-    if isinstance(exc, (StoreUnavailable, OSError)):  # OSError: connections, timeouts, ENOSPC
-        return True
-    names = {cls.__module__.split(".")[0] + "." + cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & _TRANSIENT_LIBRARY_ERRORS)
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{exc.__class__.__name__}: {text[:400]}" if text else exc.__class__.__name__
-
-
-def patiently(fn: Callable[[], T], what: str, logger: Any, limit_s: float | None = None) -> T:
-    """Call `fn` until it succeeds, retrying transient errors with backoff for up to `limit_s`
-    (default `YOLOQ_PARENT_PATIENCE_S`, else 600 s); then the last error is raised."""
-    from yoloq.base.retry import retry_transient
-
-    limit = settings().parent_patience_s if limit_s is None else limit_s
-    return retry_transient(fn, what, is_transient, logger.warning, limit)
 
 
 # -- runs left mid-flight (`yoloq up`) ---------------------------------------------------------

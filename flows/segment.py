@@ -44,11 +44,11 @@ from flows.preemption import (  # noqa: E402
     publish_progress,
     publish_trained,
 )
-from flows.recovery import is_transient, one_line  # noqa: E402
+from yoloq.base.retry import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
 from work_pools.drain import DRAINED  # noqa: E402
-from yoloq.base import stores  # noqa: E402
+from blocks import stores  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.contract import (PREEMPTED, TAG_JOB_CLASS, TAG_PREEMPTIONS,  # noqa: E402
                                    TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,

@@ -60,7 +60,7 @@ def mark_finalised() -> None:
     from prefect.client.orchestration import get_client
     from prefect.runtime import flow_run
 
-    from flows.recovery import patiently
+    from yoloq.base.retry import patiently
     from yoloq.domain.contract import FINALISED_LABEL
 
     run_id = flow_run.get_id()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from yoloq.analysis import analyse, classify, validate_dataset
+from yoloq.analysis import analyse, classify
+from yoloq.datasets.validate import validate_dataset
 from yoloq.analysis.train_args import first_problem
 from yoloq.analysis.ultralytics_cfg import tables
 from yoloq.base.errors import DatasetError

@@ -7,7 +7,7 @@ import yaml
 from stack_helpers import published_node
 
 from yoloq import cli
-from yoloq.base.stores import GPU_POOL
+from yoloq.base.names import GPU_POOL
 from yoloq.datasets.synth import synth_dataset
 
 pytestmark = pytest.mark.service

@@ -14,7 +14,8 @@ from corpus.build import argv_for, build_case, load_manifest, write_fake_checkpo
 from yoloq import cli
 
 from yoloq.domain import gpus
-from yoloq.analysis import analyse, analyse_file, classify, estimates, validate_dataset
+from yoloq.analysis import analyse, analyse_file, classify, estimates
+from yoloq.datasets.validate import validate_dataset
 from yoloq.analysis.models import resolve_model_name
 from yoloq.base.errors import DatasetError, ModelError, SpecError
 from yoloq.domain.spec import parse_spec

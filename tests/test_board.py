@@ -156,7 +156,7 @@ def future_segments(prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.states import Scheduled
 
-    from yoloq.base.stores import SEGMENT_DEPLOYMENT
+    from yoloq.base.names import SEGMENT_DEPLOYMENT
 
     tag = uuid.uuid4().hex[:6]
     runs = []

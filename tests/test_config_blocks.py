@@ -8,7 +8,8 @@ from pydantic import SecretStr
 
 from blocks.checkpoints import CheckpointStore, LocalCheckpointStore, S3CheckpointStore
 from blocks.mlflow import MlflowLocation
-from yoloq.base import stores
+from blocks import stores
+from yoloq.base.names import CHECKPOINT_BLOCK, MLFLOW_BLOCK
 
 pytestmark = pytest.mark.service
 
@@ -25,17 +26,17 @@ def test_saved_blocks_configure_the_stores(yoloq_stack, tmp_path):
     assert isinstance(default_store, LocalCheckpointStore)
     assert default_store.path == str(yoloq_stack.paths.checkpoints)
 
-    LocalCheckpointStore(path=str(tmp_path / "shared"), keep=5).save(stores.CHECKPOINT_BLOCK)
+    LocalCheckpointStore(path=str(tmp_path / "shared"), keep=5).save(CHECKPOINT_BLOCK)
     MlflowLocation(tracking_uri=f"sqlite:///{tmp_path / 'team.db'}", experiment="team").save(
-        stores.MLFLOW_BLOCK)
+        MLFLOW_BLOCK)
     try:
         store = stores.checkpoint_store()
         assert isinstance(store, LocalCheckpointStore) and store.path == str(tmp_path / "shared")
         assert store.keep == 5
         assert stores.mlflow_tracking_uri() == (f"sqlite:///{tmp_path / 'team.db'}", "team")
     finally:
-        _delete(stores.CHECKPOINT_BLOCK, LocalCheckpointStore.get_block_type_slug())
-        _delete(stores.MLFLOW_BLOCK, MlflowLocation.get_block_type_slug())
+        _delete(CHECKPOINT_BLOCK, LocalCheckpointStore.get_block_type_slug())
+        _delete(MLFLOW_BLOCK, MlflowLocation.get_block_type_slug())
     assert stores.checkpoint_store().path == str(yoloq_stack.paths.checkpoints)
 
 

@@ -23,9 +23,9 @@ import yaml
 from test_checkpoint_store import s3_env  # noqa: F401  (the module-scoped S3 server fixture)
 
 from blocks.s3 import make_s3_client
-from flows.recovery import is_transient
+from yoloq.base.retry import is_transient
 from yoloq.analysis.dataset import IMG_FORMATS
-from yoloq.analysis.validate import validate_dataset
+from yoloq.datasets.validate import validate_dataset
 from yoloq.datasets.cache import MANIFEST, DatasetCache
 from yoloq.datasets.s3_analysis import validate_s3_dataset
 from yoloq.datasets.s3_source import DatasetUnreachable, open_s3_dataset
@@ -133,7 +133,9 @@ def test_analyse_of_an_s3_spec_gives_the_local_figures(s3, bucket, local_dataset
     spec = {"name": "s3-job", "team": "vision", "model": "yolov8n.yaml", "epochs": 2, "imgsz": 32,
             "batch": 4}
     local = analyse(parse_spec({**spec, "data": str(local_dataset)})).to_dict()
-    remote = analyse(parse_spec({**spec, "data": uri})).to_dict()  # validate_dataset's s3:// dispatch
+    remote = analyse(parse_spec({**spec, "data": uri}), validate=validate_dataset).to_dict()
+    with pytest.raises(DatasetError, match="is in S3"):  # the local-only default says so
+        analyse(parse_spec({**spec, "data": uri}))
 
     assert remote["data"] == uri and remote["dataset_root"] == uri.rsplit("/", 1)[0]
     different = {k for k in local if local[k] != remote[k]}
@@ -353,7 +355,7 @@ def test_a_damaged_cache_folder_is_copied_again(s3, bucket, local_dataset, tmp_p
 _KILLED_COPY = """
 import sys, time
 from blocks.s3 import make_s3_client
-from flows.recovery import is_transient
+from yoloq.base.retry import is_transient
 from yoloq.datasets.cache import DatasetCache
 from yoloq.datasets.sync import sync_dataset
 endpoint, key, secret, uri, root = sys.argv[1:]

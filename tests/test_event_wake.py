@@ -66,7 +66,7 @@ def test_worker_runs_a_pass_on_a_slot_freed_event(yoloq_stack, record_property):
 
     from work_pools import events_wake
     from work_pools.lease import STATS_VARIABLE
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     def wake_stats() -> dict:
         with get_client(sync_client=True) as client:
@@ -100,7 +100,7 @@ def test_job_runner_polls_its_pool_on_a_new_jobs_scheduled_event(yoloq_stack):
     from prefect.states import Scheduled
 
     from work_pools.job_runner import InProcessJobWorker
-    from yoloq.base.stores import JOB_DEPLOYMENT, JOBS_POOL
+    from yoloq.base.names import JOB_DEPLOYMENT, JOBS_POOL
 
     class Probe(InProcessJobWorker):
         passes = 0

@@ -26,7 +26,7 @@ def test_tiny_job_end_to_end(yoloq_stack, tiny_dataset, tmp_path):
 
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
 
     uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)

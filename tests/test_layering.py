@@ -143,3 +143,54 @@ def test_the_service_layer_exists_and_the_cli_uses_it():
     for command in ("analyse", "submit", "status", "history", "retier", "cancel", "team"):
         uses = graph[f"yoloq.commands.{command}"]
         assert any(_within(t, "yoloq.service") for t in uses), command
+
+
+# The layers, lowest first: a module imports its own layer and those below, never one above.
+# The longest matching package decides (`work_pools.policy` is ground, the rest of
+# `work_pools` is the node layer; `yoloq` alone is the top: the CLI, REST API, views, ops).
+LAYERS = (
+    ("ground", ("yoloq.base", "yoloq.settings", "yoloq.domain", "yoloq.analysis", "yoloq.engine",
+                "work_pools.policy")),
+    ("stores", ("blocks", "yoloq.records", "yoloq.datasets")),
+    ("nodes", ("work_pools",)),
+    ("flows", ("flows",)),
+    ("surface", ("yoloq",)),
+)
+# The pure policy decides from its inputs alone: it imports the domain's types and nothing else.
+PURE_POLICY = ("work_pools.policy", ("yoloq.domain",))
+
+
+def layer_of(module: str) -> int:
+    matches = [(len(package), index) for index, (_, packages) in enumerate(LAYERS)
+               for package in packages if _within(module, package)]
+    assert matches, f"{module} is in no layer of LAYERS"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`importer (layer) imports target (layer)` for every import of a higher layer."""
+    return [f"{importer} ({LAYERS[layer_of(importer)][0]}) imports {target} "
+            f"({LAYERS[layer_of(target)][0]})"
+            for importer, targets in sorted(graph.items()) for target in sorted(targets)
+            if layer_of(target) > layer_of(importer)]
+
+
+def test_layer_finder_names_an_upward_import():
+    graph = {"yoloq.records.jobs": {"work_pools.segments", "yoloq.domain.contract"},
+             "work_pools.policy.rules": {"yoloq.domain.tiers"}, "yoloq.cli": {"flows.job"},
+             "work_pools.segments": {"work_pools.policy.model"}}
+    assert upward_imports(graph) == ["yoloq.records.jobs (stores) imports work_pools.segments (nodes)"]
+
+
+def test_every_import_points_down_the_layers():
+    found = upward_imports(import_graph(project_modules()))
+    assert found == [], "imports of a higher layer: " + "; ".join(found)
+
+
+def test_the_pure_policy_imports_only_the_domain():
+    package, allowed = PURE_POLICY
+    graph = import_graph(project_modules())
+    found = [f"{m} imports {t}" for m, targets in sorted(graph.items()) if _within(m, package)
+             for t in sorted(targets)
+             if not _within(t, package) and not any(_within(t, a) for a in allowed)]
+    assert found == [], "; ".join(found)

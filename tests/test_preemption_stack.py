@@ -152,7 +152,7 @@ def _assert_preempted_without_error_logs(segment_id) -> None:
 def _assert_mlflow_has_each_epoch_once(job_id: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
 
     uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)
@@ -174,7 +174,7 @@ def _assert_weights_equal_uninterrupted(job_id: str, spec_path, tmp_path) -> Non
     import subprocess
     import sys
 
-    from yoloq.base import stores
+    from blocks import stores
 
     restored = stores.checkpoint_store().restore(job_id, tmp_path / "restored")
     assert restored is not None and restored.info.epoch == EPOCHS

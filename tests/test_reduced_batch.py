@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from flows.segment import batch_for_segment
-from yoloq.base import stores
+from yoloq.base.names import REDUCED_BATCH_ENV
 from yoloq.engine import SegmentRequest, run_segment
 from yoloq.domain.spec import parse_spec
 
@@ -33,21 +33,21 @@ LOG = logging.getLogger("test")
 
 
 def test_new_job_takes_the_reduced_batch_and_records_it(tiny_dataset, monkeypatch):
-    monkeypatch.setenv(stores.REDUCED_BATCH_ENV, "2")
+    monkeypatch.setenv(REDUCED_BATCH_ENV, "2")
     tags = Tags()
     job = batch_for_segment(spec(tiny_dataset, 8), None, tags, "run", LOG)
     assert job.batch == 2 and tags.tags == {"yoloq.reduced_batch": "2"}
 
 
 def test_without_a_reduction_nothing_changes(tiny_dataset, monkeypatch):
-    monkeypatch.delenv(stores.REDUCED_BATCH_ENV, raising=False)
+    monkeypatch.delenv(REDUCED_BATCH_ENV, raising=False)
     tags = Tags()
     original = spec(tiny_dataset, 8)
     assert batch_for_segment(original, None, tags, "run", LOG) is original and not tags.tags
 
 
 def test_resumed_job_keeps_its_checkpoint_batch(tiny_dataset, tmp_path, monkeypatch):
-    monkeypatch.setenv(stores.REDUCED_BATCH_ENV, "2")  # ignored: the job already has a batch
+    monkeypatch.setenv(REDUCED_BATCH_ENV, "2")  # ignored: the job already has a batch
     started = run_segment(SegmentRequest(spec=spec(tiny_dataset, 4), workdir=tmp_path / "s1",
                                          stop_after_epoch=1))
     tags = Tags()

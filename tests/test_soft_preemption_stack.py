@@ -111,7 +111,7 @@ def _assert_recorded(job_id: str, batch: int) -> None:
     """Each epoch trained once; the batch change is on the MLflow run and in `yoloq history`."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
     from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     assert trainings_per_epoch(epoch_trainings(job_id)) == {e: 1 for e in range(1, EPOCHS + 1)}

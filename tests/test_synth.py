@@ -10,7 +10,7 @@ import yaml
 from PIL import Image
 
 from yoloq import cli
-from yoloq.analysis import validate_dataset
+from yoloq.datasets.validate import validate_dataset
 from yoloq.datasets.synth import _COLOURS, SHAPES, synth_dataset
 
 

@@ -156,7 +156,7 @@ def running_segment(job_id: str):
 def _assert_each_epoch_logged_once(job_id: str, epochs: int) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
 
     uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)

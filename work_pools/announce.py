@@ -101,7 +101,7 @@ def urgent_job_submitted(event: Any, jobs_pool: str = "") -> bool:
     """A Prefect event saying an announced job was just submitted (its parent run of the jobs
     pool turned Scheduled): the leader's pass should see it now, not at its next poll."""
     from work_pools import events_wake
-    from yoloq.base.stores import JOBS_POOL
+    from yoloq.base.names import JOBS_POOL
 
     return (events_wake.state_type(event) == "SCHEDULED"
             and events_wake.in_pool(event, jobs_pool or JOBS_POOL)

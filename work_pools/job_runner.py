@@ -214,7 +214,7 @@ def execute(flow_run_id: Any) -> int:
     from prefect.flow_engine import run_flow
     from prefect.logging.loggers import flow_run_logger
 
-    from flows.recovery import patiently
+    from yoloq.base.retry import patiently
 
     def read() -> Any:  # an API that cannot reach its database answers 5xx for a while
         with get_client(sync_client=True) as client:
@@ -248,7 +248,7 @@ def _end_cancelling(flow_run_id: Any, logger: Any) -> None:
     from prefect.client.schemas import SetStateStatus
     from prefect.states import Cancelled
 
-    from flows.recovery import patiently
+    from yoloq.base.retry import patiently
 
     def end() -> str | None:
         with get_client(sync_client=True) as client:

@@ -48,7 +48,7 @@ from work_pools.segments import PREEMPTED_BY_LABEL, SegmentView, segment_job_id,
 from work_pools.usage import (BATCH_LABEL, GPU_NAME_LABEL, GPUS_LABEL, NODE_LABEL, SPEED_LABEL,
                               SegmentInterval, UsageBook, ledger_state)
 from yoloq.base.histogram import DECIDE_BUCKETS, CumulativeHistogram
-from yoloq.base.stores import JOBS_POOL
+from yoloq.base.names import JOBS_POOL
 from yoloq.domain.contract import (ADMIT_REASON_LABEL, ASSIGNED_AT_LABEL, PREEMPT_ASKED_AT_LABEL,
                                    PREEMPT_LABEL, PREEMPT_REASON_LABEL, PREEMPT_REQUESTED,
                                    THROTTLE_GPU_LABEL, THROTTLE_LABEL, plan_of, preemption_requested)

@@ -19,7 +19,7 @@ offline.apply()
 from work_pools.job_runner import InProcessJobWorker, gate, parents_without_watcher_threads  # noqa: E402
 from work_pools.segment_watch import SegmentWatch, install  # noqa: E402
 from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
-from yoloq.base.stores import JOBS_POOL  # noqa: E402
+from yoloq.base.names import JOBS_POOL  # noqa: E402
 
 share_client_tls_context()
 parents_without_watcher_threads()

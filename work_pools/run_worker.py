@@ -21,7 +21,7 @@ offline.apply()
 from work_pools.nodes import default_node_name, validate_node_name  # noqa: E402
 from work_pools.worker import YoloGpuWorker  # noqa: E402
 from yoloq.base.prefect_tls import share_client_tls_context  # noqa: E402
-from yoloq.base.stores import GPU_POOL  # noqa: E402
+from yoloq.base.names import GPU_POOL  # noqa: E402
 
 share_client_tls_context()
 

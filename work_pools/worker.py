@@ -38,7 +38,7 @@ from work_pools.scheduling import WorkerPolicy
 from work_pools.usage import BATCH_LABEL
 from work_pools.warm_start import SegmentStarter
 from yoloq.base.paths import state_paths
-from yoloq.base.stores import REDUCED_BATCH_ENV
+from yoloq.base.names import REDUCED_BATCH_ENV
 from yoloq.domain.contract import ADMIT_REASON_LABEL
 from yoloq.settings import settings
 

@@ -64,7 +64,7 @@ def kill_segment(flow_run_id: Any) -> float:
 def mlflow_runs(job_id: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
 
     uri, experiment = stores.mlflow_tracking_uri()
     client = MlflowClient(uri)

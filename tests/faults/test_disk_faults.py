@@ -46,7 +46,7 @@ def _fill(folder: Path, leave_bytes: int = 2 << 20) -> Path:
 
 def test_scratch_disk_full_fails_clearly_and_the_job_resumes(small_disk, tiny_dataset, tmp_path):
     from blocks.checkpoints import LocalCheckpointStore
-    from flows.recovery import is_transient, one_line
+    from yoloq.base.retry import is_transient, one_line
     from flows.segment import _train
     from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
     from yoloq.domain.spec import parse_spec

@@ -51,7 +51,7 @@ def test_segment_sigkill_mid_epoch_resumes_with_no_command(yoloq_stack, epochs_d
 
 def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack, epochs_dataset,
                                                                       tmp_path):
-    from yoloq.base import stores
+    from blocks import stores
 
     job = submit(write_spec(tmp_path / "job.yaml", epochs_dataset, name="killed-finalising",
                             epochs=2, segment_epochs=2, batch=16, export=["torchscript"]))
@@ -75,7 +75,7 @@ def test_segment_sigkill_during_final_evaluate_export_finalises_once(yoloq_stack
 def _assert_finalised_once(job: str, run, model_name: str) -> None:
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
     from yoloq.base.paths import state_paths
 
     client = MlflowClient(stores.mlflow_tracking_uri()[0])

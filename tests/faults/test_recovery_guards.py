@@ -60,7 +60,7 @@ def test_two_creations_with_one_segment_key_make_one_run(yoloq_stack):
     from prefect.deployments import run_deployment
     from prefect.states import Cancelled
 
-    from yoloq.base.stores import SEGMENT_DEPLOYMENT
+    from yoloq.base.names import SEGMENT_DEPLOYMENT
 
     job = f"guard-{uuid.uuid4().hex[:6]}"
     name, key = segment_identity(job, 0, 1, [])
@@ -83,7 +83,7 @@ def test_a_retried_job_creation_makes_one_job(yoloq_stack, tiny_dataset, tmp_pat
     from stack_helpers import write_spec
 
     from yoloq.commands.submit import create_job_run, job_deployment_id
-    from yoloq.base.stores import JOBS_POOL
+    from yoloq.base.names import JOBS_POOL
     from yoloq.domain.spec import load_spec
 
     spec = load_spec(write_spec(tmp_path / "job.yaml", tiny_dataset, name="retried"))
@@ -191,7 +191,7 @@ def test_up_leaves_a_parent_of_another_hosts_runner_alone(yoloq_stack):
     from prefect.states import Cancelled, Running
 
     from flows.recovery import recover_interrupted
-    from yoloq.base.stores import JOB_DEPLOYMENT
+    from yoloq.base.names import JOB_DEPLOYMENT
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from blocks.checkpoint_base import CheckpointInfo, RestoredCheckpoint
-from flows.recovery import backoff_s, is_transient
+from flows.recovery import backoff_s
+from yoloq.base.retry import is_transient
 from flows.segment import plan_mismatch
-from yoloq.base import stores
+from blocks import stores
+from yoloq.base.errors import StoreUnavailable
 from yoloq.engine.segment import ResumeMismatch
 from yoloq.base.errors import SpecError
 
@@ -40,7 +42,7 @@ def test_plan_check(planned, restored, ok):
 @pytest.mark.parametrize("exc, transient", [
     pytest.param(ConnectionRefusedError(111, "refused"), True, id="connection"),
     pytest.param(OSError(28, "No space left on device"), True, id="disk-full"),
-    pytest.param(stores.StoreUnavailable("block unreadable"), True, id="store-unavailable"),
+    pytest.param(StoreUnavailable("block unreadable"), True, id="store-unavailable"),
     pytest.param(SpecError("epochs", "bad"), False, id="user-error"),
     pytest.param(ResumeMismatch("holds 2, says 3"), False, id="resume-mismatch"),
     pytest.param(ZeroDivisionError(), False, id="a-bug"),
@@ -73,9 +75,9 @@ def test_the_cluster_profile_has_no_node_local_default(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("YOLOQ_USE_BLOCKS", "0")
     monkeypatch.setenv("YOLOQ_PROFILE", "cluster")
-    with pytest.raises(stores.StoreUnavailable, match="YOLOQ_CHECKPOINT_URI"):
+    with pytest.raises(StoreUnavailable, match="YOLOQ_CHECKPOINT_URI"):
         stores.checkpoint_store()
-    with pytest.raises(stores.StoreUnavailable, match="YOLOQ_MLFLOW_URI"):
+    with pytest.raises(StoreUnavailable, match="YOLOQ_MLFLOW_URI"):
         stores.mlflow_tracking_uri()
     monkeypatch.setenv("YOLOQ_PROFILE", "local")
     assert stores.checkpoint_store().location().startswith("file://")

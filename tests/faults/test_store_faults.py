@@ -183,7 +183,7 @@ def test_s3_down_30s_during_an_upload_is_retried(swift, tiny_dataset, tmp_path):
 @pytest.mark.training
 def test_s3_down_past_the_retry_limit_fails_then_resumes(swift, tiny_dataset, tmp_path,
                                                          monkeypatch):
-    from flows.recovery import is_transient, one_line
+    from yoloq.base.retry import is_transient, one_line
     from yoloq.records.jobs import epoch_trainings, trainings_per_epoch
 
     store = _s3_store(swift)
@@ -240,11 +240,11 @@ def _crashed_segment_or_final(job_id: str):
 def test_unreadable_store_block_crashes_the_segment_and_the_job_resumes(yoloq_stack, tiny_dataset,
                                                                         tmp_path):
     from blocks.checkpoints import LocalCheckpointStore
-    from yoloq.base import stores
+    from yoloq.base.names import CHECKPOINT_BLOCK
 
     shared = tmp_path / "shared-store"
-    LocalCheckpointStore(path=str(shared)).save(stores.CHECKPOINT_BLOCK, overwrite=True)
-    document = _block_document(stores.CHECKPOINT_BLOCK)
+    LocalCheckpointStore(path=str(shared)).save(CHECKPOINT_BLOCK, overwrite=True)
+    document = _block_document(CHECKPOINT_BLOCK)
     good = dict(document.data)
     try:
         # Two one-epoch segments. The node agent is paused (SIGSTOP) while the first trains, so

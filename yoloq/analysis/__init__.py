@@ -17,10 +17,10 @@ from yoloq.analysis.fingerprint import fingerprint as fingerprint
 
 _EXPORTS = {
     "Analysis": "core", "analyse": "core", "analyse_file": "core",
-    "DatasetInfo": "dataset", "validate_dataset": "validate",
+    "DatasetInfo": "dataset", "validate_local_dataset": "dataset",
 }
 __all__ = ["Analysis", "DatasetInfo", "Fingerprint", "analyse", "analyse_file", "fingerprint",
-           "validate_dataset"]
+           "validate_local_dataset"]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from yoloq.domain import gpus
 from yoloq.analysis import classify, estimates, train_args
-from yoloq.analysis.dataset import DatasetInfo
+from yoloq.analysis.dataset import DatasetInfo, validate_local_dataset
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
 from yoloq.analysis.models import (
     ModelInfo,
@@ -18,8 +19,7 @@ from yoloq.analysis.models import (
     resolve_model_name,
     yolov5_exactness,
 )
-from yoloq.analysis.validate import validate_dataset
-from yoloq.base.errors import ModelError, SpecError
+from yoloq.base.errors import DatasetError, ModelError, SpecError
 from yoloq.domain.segments import segment_epochs_for
 from yoloq.domain.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
 from yoloq.settings import settings
@@ -85,12 +85,21 @@ def analyse_file(path: str | Path, gpu: str | None = None) -> Analysis:
     return analyse(load_spec(path), gpu=gpu)
 
 
-def analyse(spec: JobSpec, gpu: str | None = None) -> Analysis:
-    """Validate the spec, its dataset and model; estimate memory and time; classify the job."""
+def analyse(spec: JobSpec, gpu: str | None = None, *,
+            validate: Callable[[str], DatasetInfo] | None = None) -> Analysis:
+    """Validate the spec, its dataset and model; estimate memory and time; classify the job.
+
+    `validate` checks the dataset: local folders by default; admission passes
+    `yoloq.datasets.validate.validate_dataset`, which reads `s3://` datasets too."""
+    if validate is None:
+        if str(spec.data).startswith("s3://"):
+            raise DatasetError("data", f"{spec.data} is in S3 and this analysis reads local folders",
+                               "analyse it through `yoloq analyse` or the REST API")
+        validate = validate_local_dataset
     target = _gpu(gpu)
     model, print_ = _model(spec)
     weights = _weights(spec)
-    dataset = validate_dataset(spec.data)
+    dataset = validate(spec.data)
     _check_classes(spec, dataset)
     warnings = list(dataset.warnings) + _model_warnings(model, print_, dataset) + train_args.advice(spec.train_args)
     amp = amp_enabled(spec.train_args)

@@ -231,7 +231,7 @@ def _segment(run) -> dict[str, Any]:
 
 def mlflow_link(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: tracking URI, run id and, for a tracking server, a browser link."""
-    from yoloq.base import stores
+    from blocks import stores
     from yoloq.records.tracking import JobTracker
 
     try:

@@ -103,7 +103,7 @@ def _nodes(scrape: Scrape) -> Iterator[Metric]:
     client, now = scrape.client, scrape.now
     from work_pools.nodes import read_nodes_sync
     from work_pools.pool_scheduler import assignment
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     busy = {(node, gpu) for run in scrape.open_runs() for node, gpus in [assignment(run) or ("", ())]
             for gpu in gpus}
@@ -239,7 +239,7 @@ def _job_map(scrape: Scrape) -> Iterator[Metric]:
     """Latest mAP50-95 of each job with a segment running or waiting (one MLflow query)."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
     teams = {row["job"]: row["team"] for row in scrape.queue()}

@@ -26,7 +26,7 @@ def pool_runs(client: Any, flow_run_filter: Any) -> list[Any]:
     """The GPU pool's runs `flow_run_filter` matches (every one when it is None)."""
     from prefect.client.schemas.filters import WorkPoolFilter, WorkPoolFilterName
 
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     return paged(client, flow_run_filter, work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[GPU_POOL])))
 
@@ -54,7 +54,7 @@ def read_jobs(client: Any, field: str, after: Any) -> list[Any]:
     """The `yolo-job` runs whose `field` is after `after` (all of them when None)."""
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 
-    from yoloq.base.stores import JOB_DEPLOYMENT
+    from yoloq.base.names import JOB_DEPLOYMENT
 
     deployment = DeploymentFilter(name=DeploymentFilterName(any_=[JOB_DEPLOYMENT.split("/")[1]]))
     return paged(client, time_filter(field, after), deployment_filter=deployment)

@@ -89,7 +89,7 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
     from mlflow.tracking import MlflowClient
 
-    from yoloq.base import stores
+    from blocks import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
     try:
@@ -151,7 +151,7 @@ def segment_intervals(now: float) -> list[Any]:
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from work_pools.usage import UsageBook
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     async def read(book: UsageBook) -> list[Any]:
         async with get_client() as async_client:

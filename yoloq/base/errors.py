@@ -41,3 +41,12 @@ class DatasetError(UserError):
 
 class ModelError(UserError):
     """The model YAML name or checkpoint is not usable."""
+
+
+class StoreUnavailable(RuntimeError):
+    """A configured checkpoint store or tracking location cannot be loaded (transient or not:
+    the caller retries; it never switches to another location)."""
+
+
+class ResumeMismatch(RuntimeError):
+    """The checkpoint to resume from is not the one the caller's plan says (nothing trained)."""

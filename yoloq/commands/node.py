@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from work_pools.nodes import default_node_name, validate_node_name
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     name = validate_node_name(args.name) if args.name else default_node_name()
     env = _node_env()

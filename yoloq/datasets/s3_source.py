@@ -96,7 +96,7 @@ def parse_s3_uri(uri: str, field_name: str = "data") -> S3Uri:
 def dataset_client() -> Any:
     """An S3 client with the checkpoint store's endpoint and credentials (see module doc)."""
     from blocks.s3 import S3CheckpointStore, make_s3_client
-    from yoloq.base import stores
+    from blocks import stores
 
     store = stores.checkpoint_store()
     if isinstance(store, S3CheckpointStore):
@@ -107,7 +107,7 @@ def dataset_client() -> Any:
 class DatasetUnreachable(ConnectionError):
     """An S3 failure that may pass (connection, timeout, server error, an incomplete, corrupted
     or changing download). A ConnectionError, so a segment that meets it ends Crashed and is
-    retried (flows.recovery); `error` is the same one line as a DatasetError, for `analyse`."""
+    retried (`yoloq.base.retry.is_transient`); `error` is the same one line as a DatasetError, for `analyse`."""
 
     def __init__(self, problem: str, fix: str) -> None:
         self.error = DatasetError("data", problem, fix)

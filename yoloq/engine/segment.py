@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from yoloq.base import offline
 from yoloq.engine import rng_isolation
-from yoloq.base.errors import UserError
+from yoloq.base.errors import ResumeMismatch, UserError
 from yoloq.domain.spec import JobSpec
 from yoloq.settings import settings
 
@@ -58,10 +58,6 @@ class SegmentRequest:
     # Soft preemption: the scheduler changed the batch at this boundary on purpose (the
     # checkpoint's batch may differ; gradient accumulation keeps the effective batch).
     rebatch: bool = False
-
-
-class ResumeMismatch(RuntimeError):
-    """The checkpoint to resume from is not the one the caller's plan says (nothing trained)."""
 
 
 class SegmentHooks(Protocol):

@@ -8,7 +8,7 @@ import sys
 
 from flows.recovery import process_gone, recover_interrupted  # noqa: F401 (used by `yoloq up`)
 from yoloq.base.paths import PROJECT_DIR, state_paths
-from yoloq.base.stores import GPU_POOL, JOBS_POOL
+from yoloq.base.names import GPU_POOL, JOBS_POOL
 from yoloq.domain.tiers import Tier
 
 
@@ -84,7 +84,7 @@ def _deployments_exist() -> bool:
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
-    from yoloq.base.stores import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+    from yoloq.base.names import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 
     with get_client(sync_client=True) as client:
         try:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blocks.checkpoint_base import EpochRecord
-from yoloq.base.stores import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
+from yoloq.base.names import JOB_DEPLOYMENT, SEGMENT_DEPLOYMENT
 from yoloq.domain.contract import job_tag, preemption_count, progress_epoch
 
 __all__ = ["EpochRecord", "JobRecord", "epoch_trainings", "find_job", "list_jobs",
@@ -94,7 +94,7 @@ def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRe
 def current_tier(parent: Any) -> str | None:
     """The tier `yoloq retier` set on the job's parent run (None: never retiered): the one read
     of a job's current tier, for `status`, the REST API and the web page alike."""
-    from work_pools.segments import TIER_LABEL
+    from yoloq.domain.contract import TIER_LABEL
 
     return (parent.labels or {}).get(TIER_LABEL) or None
 
@@ -160,7 +160,7 @@ def epoch_trainings(job_id: str, store: Any = None) -> list[EpochRecord]:
     node, start, end), oldest first, read from its newest checkpoint metadata in the store
     (default: this process's configured store). An epoch trained twice has two records;
     count them with `trainings_per_epoch`."""
-    from yoloq.base import stores
+    from blocks import stores
 
     store = store or stores.checkpoint_store()
     latest = store.latest(job_id)

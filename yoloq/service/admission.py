@@ -79,9 +79,10 @@ def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = 
     the pool, then calls again with the pool and the `analysis` already made)."""
     if analysis is None:
         from yoloq.analysis import analyse
+        from yoloq.datasets.validate import validate_dataset
 
         try:
-            analysis = analyse(spec, gpu=gpu)  # bad input stops here: no run created, no GPU time
+            analysis = analyse(spec, gpu=gpu, validate=validate_dataset)  # bad input stops here: no run created, no GPU time
         except UserError as exc:
             return Verdict(None, exc, SPEC)
     if pool is None:
@@ -157,7 +158,7 @@ def live_nodes(client: Any) -> list[Any]:
     """The GPU pool's live node records, read through this sync client (as `work_pools.nodes.read_nodes`
     does through an async one: a new client per call costs more than the read)."""
     from work_pools.nodes import read_nodes_sync
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     now = time.time()
     return [r for r in read_nodes_sync(client, GPU_POOL) if r.alive(now)]

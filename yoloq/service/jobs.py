@@ -118,7 +118,7 @@ def job_views(client: Any, job_id: str | None = None, team: str | None = None,
 
 def weights_location(job_id: str, store: Any = None) -> WeightsLocation | None:
     """The job's newest checkpoint in the store (None before its first epoch ends)."""
-    from yoloq.base import stores
+    from blocks import stores
 
     store = store or stores.checkpoint_store()
     info = store.latest(job_id)

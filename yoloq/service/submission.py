@@ -121,7 +121,7 @@ def first_plan(job: Job) -> SegmentPlan | None:
 
 def job_deployment_id(client: Any) -> Any:
     """The `yolo-job` deployment's id, read once per batch."""
-    from yoloq.base.stores import JOB_DEPLOYMENT
+    from yoloq.base.names import JOB_DEPLOYMENT
 
     return client.read_deployment_by_name(JOB_DEPLOYMENT).id
 
@@ -153,7 +153,7 @@ def create_job_run(spec: Any, reason: str, client: Any = None, deployment_id: An
     else:
         from prefect.deployments import run_deployment
 
-        from yoloq.base.stores import JOB_DEPLOYMENT
+        from yoloq.base.names import JOB_DEPLOYMENT
 
         run_deployment(JOB_DEPLOYMENT, parameters=parameters, flow_run_name=job_id, timeout=0,
                        as_subflow=False, tags=job_tags(job_id, spec, tags), idempotency_key=job_id)

@@ -38,7 +38,7 @@ def usage_rows(window_s: float, team: str | None = None) -> list[dict[str, Any]]
     """Rows (team, job, segments, gpu_s, tu) over the last `window_s` seconds; the caller has
     pointed Prefect at the stack. Shared by `yoloq usage` and `GET /v1/usage`."""
     from work_pools.usage import usage_table
-    from yoloq.base.stores import GPU_POOL
+    from yoloq.base.names import GPU_POOL
 
     now = time.time()
     rows = usage_table(_intervals(GPU_POOL, now), now, now - window_s, team)

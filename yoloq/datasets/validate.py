@@ -1,7 +1,8 @@
 """`validate_dataset`: a local data YAML or an `s3://` one, each checked by its own module.
 
-Above both `analysis.dataset` (local folders) and `datasets.s3_analysis` (which builds on
-it), so the local checker never imports the S3 one back.
+The analysis (the ground layer) checks local folders and takes this as its `validate` for
+a spec whose data may be in S3: admission and the job's analyse task pass it, so the S3
+reader (botocore, the S3 block) stays above the analysis.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from yoloq.analysis.dataset import LABEL_SCAN_LIMIT, DatasetInfo, validate_local
 
 
 def validate_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> DatasetInfo:
-    """Check a detection data YAML, its image folders and label files; raise DatasetError."""
+    """Check a data YAML, its image folders and label files; raise DatasetError."""
     if str(data_yaml).startswith("s3://"):  # listed and labels read in S3, images not downloaded
         from yoloq.datasets.s3_analysis import validate_s3_dataset  # imports botocore
 

@@ -14,28 +14,10 @@ from __future__ import annotations
 
 import os
 
+from yoloq.base.errors import StoreUnavailable
+from yoloq.base.names import CHECKPOINT_BLOCK, MLFLOW_BLOCK
 from yoloq.base.paths import state_paths
 from yoloq.settings import settings
-
-CHECKPOINT_BLOCK = "yoloq-checkpoints"
-MLFLOW_BLOCK = "yoloq-mlflow"
-GPU_POOL = "yolo-gpu"
-JOBS_POOL = "yoloq-jobs"
-JOB_DEPLOYMENT = "yolo-job/yolo-job"
-SEGMENT_DEPLOYMENT = "train-segment/train-segment"
-REDUCED_BATCH_ENV = "YOLOQ_REDUCED_BATCH"  # set by the worker on a reduced-batch admission
-NODE_ENV = "YOLOQ_NODE_NAME"  # this node's name in the epoch ledger (default: the hostname)
-
-
-class StoreUnavailable(RuntimeError):
-    """A configured checkpoint store or tracking location cannot be loaded (transient or not:
-    the caller retries; it never switches to another location)."""
-
-
-def node_name() -> str:
-    import socket
-
-    return settings().node_name or socket.gethostname()
 
 
 def _shared_profile() -> bool:
