@@ -194,6 +194,11 @@ def _training(job_id: str):
 
 def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus, tiny_dataset, tmp_path):
     _cancel_leftovers()
+    # Prometheus's first scrape of a new target comes seconds after it is ready (its scrape
+    # manager applies target updates every 5 s): a job submitted before it is already in the
+    # first sample, and increase() over the counter never moves (this failed twice in CI)
+    wait_for(lambda: _value(prometheus, 'up{job="yoloq"}') == 1,
+             "Prometheus's first scrape of the API server", timeout_s=60)
     tag = uuid.uuid4().hex[:4]
     before = scrape(yoloq_stack)
     assert_conventional(before)
@@ -216,8 +221,8 @@ def test_prometheus_scrapes_queue_length_and_busy_slots(yoloq_stack, prometheus,
             assert _value(prometheus, 'sum(yoloq_running_segments{tier="normal"})') == 1
             assert query(prometheus, "yoloq_queue_wait_seconds_count")  # histograms exported
             assert _value(prometheus, 'count(yoloq_scrape_source_seconds)') == 6  # one per source
-            # increase() needs two successful scrapes around a submit: the counter's samples
-            # before the second submit and after it (a scrape that times out gives none)
+            # increase() needs successful scrapes on both sides of a submit (a scrape that times
+            # out gives no sample)
             try:
                 wait_for(lambda: (_value(prometheus, "sum(increase(yoloq_jobs_submitted_total[5m]))")
                                   or 0) >= 1, "increase() over the submitted-jobs counter", timeout_s=120)
