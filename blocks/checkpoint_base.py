@@ -81,6 +81,17 @@ class CheckpointInfo:
     created_at: str  # ISO 8601, UTC
     finished: bool = False  # all epochs trained (or early-stopped): evaluate/export may remain
     trainings: tuple[EpochRecord, ...] = ()  # the job's epoch ledger up to this checkpoint
+    target_epochs: int = 0  # the job's total when this was written (0: not recorded)
+
+    def done_for(self, epochs: int) -> bool:
+        """Nothing is left to train for a job of `epochs` epochs: finished, unless it finished
+        by reaching a smaller total that `yoloq extend` has since raised (an early-stopped
+        checkpoint stays done: the stopper would stop again at once)."""
+        return self.finished and not self.extended_to(epochs)
+
+    def extended_to(self, epochs: int) -> bool:
+        """A finished checkpoint that reached its total, for a job now asking for more."""
+        return self.finished and 0 < self.target_epochs <= self.epoch < epochs
 
     def to_json(self) -> bytes:
         data = asdict(self)
@@ -93,7 +104,8 @@ class CheckpointInfo:
         return cls(job_id=str(data["job_id"]), epoch=int(data["epoch"]), sha256=str(data["sha256"]),
                    size=int(data["size"]), key=str(data["key"]), created_at=str(data["created_at"]),
                    finished=bool(data.get("finished", False)),
-                   trainings=tuple(EpochRecord.from_dict(t) for t in data.get("trainings") or ()))
+                   trainings=tuple(EpochRecord.from_dict(t) for t in data.get("trainings") or ()),
+                   target_epochs=int(data.get("target_epochs") or 0))
 
 
 @dataclass(frozen=True)
@@ -232,7 +244,7 @@ class CheckpointStore(Block, ABC):
         return self.save_checkpoint(job_id, epoch, Path(path))
 
     def save_checkpoint(self, job_id: str, epoch: int, path: Path, *, finished: bool = False,
-                        trainings: Iterable[EpochRecord] = ()) -> CheckpointInfo:
+                        trainings: Iterable[EpochRecord] = (), target_epochs: int = 0) -> CheckpointInfo:
         """Data first, metadata after it: a reader never sees a partial checkpoint."""
         check_job_id(job_id)
         if not isinstance(epoch, int) or epoch < 0:
@@ -241,14 +253,15 @@ class CheckpointStore(Block, ABC):
         info = CheckpointInfo(job_id=job_id, epoch=epoch, sha256=sha256, size=size,
                               key=data_key(job_id, epoch, sha256),
                               created_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                              finished=finished, trainings=tuple(trainings))
+                              finished=finished, trainings=tuple(trainings),
+                              target_epochs=target_epochs)
         self._put_file(info.key, Path(path))
         self._put_bytes(metadata_key(job_id, epoch), info.to_json())
         self.prune(job_id)
         return info
 
     def save_retrying(self, job_id: str, epoch: int, path: Path, *, finished: bool = False,
-                      trainings: Iterable[EpochRecord] = (),
+                      trainings: Iterable[EpochRecord] = (), target_epochs: int = 0,
                       limit_s: float | None = None) -> CheckpointInfo:
         """`save_checkpoint`, retried with exponential backoff (1 s, 2 s, 4 s ... at most 10 s
         apart) for up to `limit_s` seconds (default: `YOLOQ_STORE_RETRY_S`, else 120 s).
@@ -260,7 +273,7 @@ class CheckpointStore(Block, ABC):
         while True:
             try:
                 return self.save_checkpoint(job_id, epoch, path, finished=finished,
-                                            trainings=trainings)
+                                            trainings=trainings, target_epochs=target_epochs)
             except (ValueError, TypeError):
                 raise  # a wrong call, not a fault of the store
             except Exception as exc:

@@ -84,10 +84,12 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
     while True:
         if guard.check():
             return Cancelled(message="job cancelled")
+        job = _current_changes(job, logger)  # `yoloq retier` and `yoloq extend`
         latest = patiently(lambda: store.latest(job_id), "reading the job's checkpoints", logger)
         done = latest.epoch if latest else 0
-        finished = bool(latest and (latest.finished or latest.epoch >= job.epochs))
-        if finished and patiently(lambda: _finalised(job_id), "reading the job's segments", logger):
+        finished = bool(latest and (latest.done_for(job.epochs) or latest.epoch >= job.epochs))
+        if finished and patiently(lambda: _finalised(job_id, done), "reading the job's segments",
+                                  logger):
             return None
         if (done, finished) != progress:
             failures, progress = 0, (done, finished)
@@ -97,7 +99,6 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
             if outcome is not None:
                 return outcome
         target = job.epochs if finished else min(job.epochs, done + per_segment)
-        job = _current_tier(job, logger)
         plan = segment_plan(job, analysis, done, _submitted_at()).with_changes(**(throttle or {}))
         params = mlflow_params(job, analysis, per_segment) if done == 0 else None
         last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
@@ -294,29 +295,41 @@ def mlflow_params(job: JobSpec, analysis: dict[str, Any], per_segment: int) -> d
             "analysis": {k: v for k, v in analysis.items() if k not in ("names", "fingerprint")}}
 
 
-def _current_tier(job: JobSpec, logger) -> JobSpec:
-    """Apply a tier change made with `yoloq retier` (a label on this parent run)."""
+def _current_changes(job: JobSpec, logger) -> JobSpec:
+    """The job with the changes made since it was submitted, read from labels on this parent
+    run: a tier (`yoloq retier`) and a new total of epochs (`yoloq extend`)."""
     from prefect.client.orchestration import get_client
 
-    from work_pools.segments import TIER_LABEL
+    from yoloq.domain.contract import EPOCHS_LABEL, TIER_LABEL
+
+    run_id = current_run.get_id()
+    if run_id is None:  # called outside a flow run (a test calling in)
+        return job
 
     def read() -> dict[str, str]:
         with get_client(sync_client=True) as client:
-            return client.read_flow_run(current_run.get_id()).labels or {}
+            return client.read_flow_run(run_id).labels or {}
 
-    tier = patiently(read, "reading the job's tier", logger).get(TIER_LABEL)
-    return job.model_copy(update={"priority": tier}) if tier and tier != job.priority else job
+    labels = patiently(read, "reading the job's changes", logger)
+    changes: dict[str, Any] = {}
+    if labels.get(TIER_LABEL) and labels[TIER_LABEL] != job.priority:
+        changes["priority"] = labels[TIER_LABEL]
+    if labels.get(EPOCHS_LABEL) and int(labels[EPOCHS_LABEL]) != job.epochs:
+        changes["epochs"] = int(labels[EPOCHS_LABEL])
+    return job.model_copy(update=changes) if changes else job
 
 
-def _finalised(job_id: str) -> bool:
-    """True once a segment has evaluated, exported and ended the job's MLflow run: it says so
-    in a label of its run (`contract.FINALISED_LABEL`), so the parent reads Prefect, not MLflow."""
+def _finalised(job_id: str, epoch: int) -> bool:
+    """True once a segment has evaluated, exported and ended the job's MLflow run at `epoch`:
+    it says so in a label of its run (`contract.FINALISED_LABEL`), so the parent reads
+    Prefect, not MLflow. An earlier finalisation (before `yoloq extend`) does not count."""
     from prefect.client.orchestration import get_client
 
     from yoloq.records.jobs import newest_segments
 
     with get_client(sync_client=True) as client:
-        return any((run.labels or {}).get(FINALISED_LABEL) for run in newest_segments(client, job_id))
+        marks = {(run.labels or {}).get(FINALISED_LABEL) for run in newest_segments(client, job_id)}
+    return str(epoch) in marks
 
 
 def _submitted_at() -> float | None:

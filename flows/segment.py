@@ -51,7 +51,7 @@ from work_pools.drain import DRAINED  # noqa: E402
 from blocks import stores  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
 from yoloq.domain.contract import (PREEMPTED, TAG_JOB_CLASS, TAG_PREEMPTIONS,  # noqa: E402
-                                   TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,
+                                   TAG_EPOCHS, TAG_REDUCED_BATCH, TAG_SEGMENTS, TAG_TEAM, TAG_THROTTLED,
                                    TAG_TIER, PlanError, SegmentPlan, as_plan)
 from yoloq.domain.spec import JobSpec  # noqa: E402
 from yoloq.settings import settings  # noqa: E402
@@ -144,7 +144,7 @@ class _Hooks:
         finished = checkpoint_finished(path, epoch, self.job.epochs)
         started = time.monotonic()
         info = self.store.save_retrying(self.job_id, epoch, path, finished=finished,
-                                        trainings=self.ledger.records)
+                                        trainings=self.ledger.records, target_epochs=self.job.epochs)
         self.logger.info("checkpoint epoch %d saved (%s, sha256 %s%s)", epoch, info.key,
                          info.sha256[:12], ", finished" if finished else "")
         try:
@@ -215,16 +215,19 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan
         return Crashed(message=f"another segment of job {job_id} is running ({duplicate}); "
                                "not training (a job never has two live segments)")
     timer.mark("duplicate check")
+    job = extended_total(job, job_id)
     store = stores.checkpoint_store()
     uri, experiment = stores.mlflow_tracking_uri()
     timer.mark("blocks")
     tracker = JobTracker(uri, experiment)
-    if tracker.is_finished(job_id):  # a late duplicate of a finished job: touch nothing
+    newest = store.latest(job_id)
+    if tracker.is_finished(job_id) and (newest is None or newest.done_for(job.epochs)):
+        # a late duplicate of a finished job (not one extended past it): touch nothing
         logger.warning("job %s is already finished and finalised; nothing to do", job_id)
-        mark_finalised()  # its parent may not have seen it (a crash after the MLflow run ended)
+        mark_finalised(newest.epoch if newest else 0)  # its parent may not have seen it
         return {"job_id": job_id, "finished": True, "already_finalised": True}
     run_id = tracker.run_for_job(job_id, params=mlflow_params, tags={
-        TAG_TEAM: job.team, TAG_TIER: job.priority,
+        TAG_TEAM: job.team, TAG_TIER: job.priority, TAG_EPOCHS: str(job.epochs),
         **({TAG_JOB_CLASS: plan.job_class} if plan.job_class else {})})
     tracker.increment_tag(run_id, TAG_SEGMENTS)
     timer.mark("MLflow run")
@@ -257,12 +260,15 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
     problem = plan_mismatch(plan, restored)
     if problem:
         return Failed(message=problem)
-    if restored is not None and restored.info.finished:
+    if restored is not None and restored.info.done_for(job.epochs):
         logger.info("job %s: all epochs trained (checkpoint epoch %d); finalising",
                     job_id, restored.info.epoch)
         return {"job_id": job_id, "finished": True, "epochs_done": restored.info.epoch,
-                **finalise(job, job_id, tracker, run_id, workdir / "final",
+                **finalise(job, job_id, tracker, run_id, workdir / "final", restored.info.epoch,
                            checkpoint=restored.path)}
+    if restored is not None and restored.info.extended_to(job.epochs):
+        logger.info("job %s: extended from %d to %d epochs; training on from its finished "
+                    "checkpoint", job_id, restored.info.epoch, job.epochs)
     start = restored.info.epoch if restored else 0
     job = batch_for_segment(job, restored.path if restored else None, tracker, run_id, logger)
     job, rebatch = throttled(job, restored is not None, plan, tracker, run_id, logger)
@@ -298,9 +304,28 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
         tracker.increment_tag(run_id, TAG_PREEMPTIONS)
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
     if result.finished:
-        summary.update(finalise(job, job_id, tracker, run_id, Path(result.save_dir),
+        summary.update(finalise(job, job_id, tracker, run_id, Path(result.save_dir), result.epochs_done,
                                 best=result.best))
     return summary
+
+
+def extended_total(job: JobSpec, job_id: str) -> JobSpec:
+    """The job with the total `yoloq extend` set on its parent run since this segment was
+    queued: a segment trains toward the total in force when it starts (one already running
+    keeps its own, finishes, and the next one trains on)."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.records.jobs import current_epochs, parent_run
+
+    if not current_run.get_id():  # called outside a flow run (a test calling in)
+        return job
+    with get_client(sync_client=True) as client:
+        try:
+            parent = parent_run(client, job_id)
+        except LookupError:  # a segment run on its own (no job parent): its spec is the job
+            return job
+    total = current_epochs(parent)
+    return job.model_copy(update={"epochs": total}) if total and total > job.epochs else job
 
 
 def plan_mismatch(plan: SegmentPlan | dict[str, Any], restored: Any) -> str | None:

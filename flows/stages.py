@@ -27,10 +27,11 @@ def _artifact_key(job_id: str, what: str) -> str:
     return f"{safe}-{what}"[:100]
 
 
-def finalise(job: JobSpec, job_id: str, tracker: Any, run_id: str, save_dir: Path,
+def finalise(job: JobSpec, job_id: str, tracker: Any, run_id: str, save_dir: Path, epoch: int,
              best: Path | None = None, checkpoint: Path | None = None) -> dict[str, Any]:
-    """Evaluate and export the final weights (`best`, else best.pt inside the finished
-    `checkpoint`), log them, end the MLflow run. Steps already done are skipped."""
+    """Evaluate and export the final weights of `epoch` (`best`, else best.pt inside the
+    finished `checkpoint`), log them, end the MLflow run. Steps already done for this epoch
+    are skipped (an extended job finalises again at its new last epoch)."""
     from yoloq.engine.checkpoint import finished_best, restore_results_csv
 
     save_dir = Path(save_dir)
@@ -43,19 +44,20 @@ def finalise(job: JobSpec, job_id: str, tracker: Any, run_id: str, save_dir: Pat
     tracker.log_artifacts(run_id, [Path(p) for p in extras], artifact_path="training")
     done = tracker.client.get_run(run_id).data.tags
     summary: dict[str, Any] = {}
-    if done.get(EVALUATED_TAG) != "1":
+    if done.get(EVALUATED_TAG) != str(epoch):
         summary["evaluation"] = evaluate_task(job, best, tracker, run_id)
-        tracker.set_tags(run_id, {EVALUATED_TAG: "1"})
-    if job.export and done.get(EXPORTED_TAG) != "1":
+        tracker.set_tags(run_id, {EVALUATED_TAG: str(epoch)})
+    if job.export and done.get(EXPORTED_TAG) != str(epoch):
         summary["exports"] = export_task(job, job_id, best, tracker, run_id)
-        tracker.set_tags(run_id, {EXPORTED_TAG: "1"})
+        tracker.set_tags(run_id, {EXPORTED_TAG: str(epoch)})
     tracker.finish(run_id)
-    mark_finalised()
+    mark_finalised(epoch)
     return summary
 
 
-def mark_finalised() -> None:
-    """Label this segment's run: the job's MLflow run is ended (its parent then stops)."""
+def mark_finalised(epoch: int) -> None:
+    """Label this segment's run with the epoch it finalised: the job's MLflow run is ended
+    (its parent then stops, unless the job was extended past that epoch)."""
     from prefect import get_run_logger
     from prefect.client.orchestration import get_client
     from prefect.runtime import flow_run
@@ -69,7 +71,7 @@ def mark_finalised() -> None:
 
     def write() -> None:
         with get_client(sync_client=True) as client:
-            client.update_flow_run_labels(run_id, {FINALISED_LABEL: "1"})
+            client.update_flow_run_labels(run_id, {FINALISED_LABEL: str(epoch)})
 
     patiently(write, "labelling the segment finalised", get_run_logger())
 

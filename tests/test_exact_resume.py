@@ -39,13 +39,17 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def run_cli(spec: Path, workdir: Path, stop_after: int, resume_from: Path | None = None) -> dict:
-    """One segment in a fresh Python process; returns its result and reported epochs."""
+def run_cli(spec: Path, workdir: Path, stop_after: int, resume_from: Path | None = None,
+            keep: Path | None = None) -> dict:
+    """One segment in a fresh Python process; returns its result and reported epochs (`keep`:
+    a folder for a copy of each checkpoint as the segment reported it, before final_eval)."""
     result = workdir.with_suffix(".json")
     cmd = [sys.executable, str(SEGMENT_CLI), "--spec", str(spec),
            "--workdir", str(workdir), "--stop-after", str(stop_after), "--result", str(result)]
     if resume_from is not None:
         cmd += ["--resume-from", str(resume_from)]
+    if keep is not None:
+        cmd += ["--keep", str(keep)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(result.read_text())

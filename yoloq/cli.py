@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "queue": ("queue", "show running and waiting jobs with positions and reasons"),
     "cancel": ("cancel", "cancel a job"),
     "retier": ("retier", "move a queued or running job to another tier"),
+    "extend": ("extend", "raise a job's total epochs; it trains on from its newest checkpoint"),
     "quota": ("quota", "set or clear a team's Training Unit budget"),
     "history": ("history", "show a job's timeline"),
     "audit": ("audit", "list audit events"),

@@ -1,4 +1,4 @@
-"""`/v1/jobs` and `/v1/analyse`: submit, analyse, list, show, cancel and retier jobs, through the
+"""`/v1/jobs` and `/v1/analyse`: submit, analyse, list, show, cancel, retier and extend jobs, through the
 service layer the CLI calls too (`yoloq.service`).
 
 A request acts as its token's team: a spec or job of another team is refused (403), and so is
@@ -34,6 +34,11 @@ SPEC_EXAMPLE = {"name": "cones", "team": "vision", "priority": "normal", "model"
 class TierChange(BaseModel):
     tier: str = Field(description=f"one of {', '.join(TIER_NAMES)}", examples=["high"])
     reason: str = Field(default="changed through the API", description="recorded in the audit log")
+
+
+class EpochsChange(BaseModel):
+    epochs: int = Field(description="the job's new total, more than now", examples=[150])
+    reason: str = Field(default="extended through the API", description="recorded in the audit log")
 
 
 @router.post("/jobs", status_code=201, summary="Submit a job (the YAML spec's fields, as JSON)")
@@ -122,6 +127,26 @@ def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
         try:
             with acting_as(who.actor):
                 done = jobs.retier(client, record, change.tier, change.reason)
+        except jobs.JobEndedError as exc:
+            raise refuse_error(409, exc) from None
+        except TierCapError as exc:
+            raise refuse_error(403, exc) from None
+    return done.to_dict()
+
+
+@router.post("/jobs/{job_id}/epochs", summary="Extend a job: raise its total epochs (it trains on)")
+def extend(job_id: str, change: EpochsChange, who: Authed) -> dict[str, Any]:
+    from yoloq.records.events import acting_as
+    from yoloq.service import jobs
+    from yoloq.service.admission import TierCapError
+    from yoloq.service.connection import stack_client
+
+    with stack_client() as client:
+        record = _find(client, job_id)
+        require_team(who, record.team)
+        try:
+            with acting_as(who.actor):
+                done = jobs.extend(client, record, change.epochs, change.reason)
         except jobs.JobEndedError as exc:
             raise refuse_error(409, exc) from None
         except TierCapError as exc:

@@ -49,10 +49,11 @@ SPEED_LABEL = "yoloq.gpu_speed"  # relative speed of the slowest of them
 GPU_NAME_LABEL = "yoloq.gpu_name"  # their model name
 BATCH_LABEL = "yoloq.batch"  # a reduced batch the leader admitted it at
 TIER_LABEL = "yoloq.tier"  # set by `yoloq retier`; overrides the tier the job was submitted at
+EPOCHS_LABEL = "yoloq.epochs"  # set by `yoloq extend` on the parent: the job's total epochs now
 # On a segment run, written by the segment itself:
 EPOCH_LABEL = "yoloq.epoch"  # the last epoch checkpointed
 CHECKPOINT_AT_LABEL = "yoloq.checkpoint_at"  # when (epoch seconds)
-FINALISED_LABEL = "yoloq.finalised"  # on the segment run that ended the job's MLflow run
+FINALISED_LABEL = "yoloq.finalised"  # the epoch a segment finalised the job at (ended its MLflow run)
 # On a segment run, written by `yoloq down` (a drain, `work_pools.drain`) and the segment:
 DRAIN_LABEL = "yoloq.drain"  # "requested" on a segment `down` asked to stop
 DRAIN_REASON_LABEL = "yoloq.drain_reason"
@@ -139,8 +140,9 @@ TAG_PREEMPTIONS = "yoloq.preemptions"  # counter: segments that stopped at a bou
 TAG_REDUCED_BATCH = "yoloq.reduced_batch"
 TAG_THROTTLED = "yoloq.throttled"
 TAG_EVAL_SPLIT = "yoloq.eval_split"
-TAG_EVALUATED = "yoloq.stage.evaluated"
-TAG_EXPORTED = "yoloq.stage.exported"
+TAG_EVALUATED = "yoloq.stage.evaluated"  # the epoch whose weights were evaluated
+TAG_EXPORTED = "yoloq.stage.exported"  # the epoch whose weights were exported
+TAG_EPOCHS = "yoloq.epochs"  # the job's total epochs now (params keep the total it was submitted with)
 
 # ----------------------------------------------------------------- state names
 PREEMPTED = "Preempted"  # the state a segment ends in when it stops for another job

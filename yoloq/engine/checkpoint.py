@@ -13,7 +13,9 @@ exact state lives under `yoloq`:
 
 A finished checkpoint (`resumable` False: the last epoch, or early stopping) is
 written before ultralytics' final evaluation and still holds best.pt, so a job
-whose evaluate/export was interrupted finalises from it (`finished_best`).
+whose evaluate/export was interrupted finalises from it (`finished_best`). It keeps
+the optimizer and scaler state too, so `yoloq extend` can train on from it exactly
+(`read_resume_point(path, epochs)`).
 
 Files are written atomically (temp file, fsync, os.replace): a kill mid-write
 leaves the previous checkpoint intact.
@@ -114,8 +116,9 @@ def exact_state(trainer: Any, resumable: bool, best_bytes: bytes | None) -> dict
         "model": fp32_state(unwrap_model(trainer.model)),
         "ema": fp32_state(trainer.ema.ema),
         "ema_updates": trainer.ema.updates,
-        "optimizer": deepcopy(trainer.optimizer.state_dict()) if resumable else None,
-        "scaler": trainer.scaler.state_dict() if resumable else None,
+        # kept when finished too: an extended job trains on from here (`yoloq extend`)
+        "optimizer": deepcopy(trainer.optimizer.state_dict()),
+        "scaler": trainer.scaler.state_dict(),
         # kept in a finished checkpoint too: evaluate/export after a crash start from it
         "best": _bytes_tensor(best_bytes) if best_bytes else None,
     }
@@ -148,8 +151,10 @@ def finished_best(path: str | os.PathLike[str], dest: Path) -> Path:
     return dest
 
 
-def read_resume_point(path: str | os.PathLike[str]) -> ResumePoint:
-    """Load a checkpoint written by a segment and check that it can be resumed."""
+def read_resume_point(path: str | os.PathLike[str], epochs: int | None = None) -> ResumePoint:
+    """Load a checkpoint written by a segment and check that it can be resumed. A finished
+    one can, when `epochs` (the job's total now) is past the total it was trained for
+    (`yoloq extend`) and it kept its optimizer state."""
     path = Path(path)
     if not path.is_file():
         raise UserError("resume_from", f"checkpoint not found: {path}",
@@ -163,10 +168,16 @@ def read_resume_point(path: str | os.PathLike[str]) -> ResumePoint:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError("resume_from", f"{path} has no yoloq resume state",
                         "resume only from checkpoints written by yoloq segments")
-    if not state.get("resumable"):
-        raise UserError("resume_from", f"{path} is a finished job's checkpoint",
-                        "nothing is left to train; start a new job to train further")
     header_only = {k: v for k, v in loaded.items() if k != KEY}
+    trained_for = int((header_only.get("train_args") or {}).get("epochs") or 0)
+    extending = epochs is not None and epochs > trained_for
+    if not state.get("resumable") and not extending:
+        raise UserError("resume_from", f"{path} is a finished job's checkpoint",
+                        "nothing is left to train; extend the job (yoloq extend) to train further")
+    if not state.get("resumable") and state.get("optimizer") is None:
+        raise UserError("resume_from", f"{path} was finished without its optimizer state (a "
+                        "yoloq release before extend), so it cannot be extended exactly",
+                        "fine-tune from it instead: a new job with model: <its best.pt>")
     return ResumePoint(path=path, header=header_only, state=state)
 
 

@@ -231,7 +231,8 @@ def _resume_point(request: SegmentRequest) -> Any:
         return None
     from yoloq.engine.checkpoint import read_resume_point
 
-    point = read_resume_point(request.resume_from)
+    point = read_resume_point(request.resume_from, epochs)
+    extending = epochs > int(point.train_args.get("epochs") or 0)
     if request.expect_epochs_done is not None and point.epochs_done != request.expect_epochs_done:
         raise ResumeMismatch(f"{request.resume_from} holds {point.epochs_done} epochs done, the "
                              f"store's metadata says {request.expect_epochs_done}; not training")
@@ -243,6 +244,8 @@ def _resume_point(request: SegmentRequest) -> Any:
     for key in _MUST_MATCH:
         if key == "batch" and request.rebatch:
             continue
+        if key == "epochs" and extending:  # `yoloq extend` raised the total: the schedule
+            continue  # from here on is the new total's (docs/concepts/extend.md)
         saved = point.train_args.get(key)
         if _comparable(key, saved) != _comparable(key, expected[key]):
             raise UserError(f"spec.{key}", f"checkpoint was trained with {key}={saved!r}, "

@@ -86,9 +86,18 @@ def list_jobs(client, job_id: str | None = None, limit: int = 100) -> list[JobRe
         records.append(JobRecord(job_id=rid, team=spec.get("team", "?"),
                                  tier=current_tier(run) or submitted, submitted_tier=submitted,
                                  state=run.state.name if run.state else "?",
-                                 epochs=int(spec.get("epochs", 0)), epochs_done=done,
+                                 epochs=current_epochs(run) or int(spec.get("epochs", 0)),
+                                 epochs_done=done,
                                  segments=segments, flow_run=run))
     return records
+
+
+def current_epochs(parent: Any) -> int | None:
+    """The total `yoloq extend` set on the job's parent run (None: never extended)."""
+    from yoloq.domain.contract import EPOCHS_LABEL
+
+    value = (parent.labels or {}).get(EPOCHS_LABEL)
+    return int(value) if value else None
 
 
 def current_tier(parent: Any) -> str | None:

@@ -2,8 +2,9 @@
 
 `job_view` is the one answer for a job's current tier (after `yoloq retier`), state, progress,
 preemption count and weights location: `yoloq status`, `GET /v1/jobs/{id}` and the web page
-read it. `history` is the job's timeline plus one row per change (tier changed, cancel
-requested) naming who made it. `retier` and `cancel` check, act and record the change.
+read it. `history` is the job's timeline plus one row per change (tier changed, epochs
+extended, cancel requested) naming who made it. `retier`, `extend` and `cancel` check, act and
+record the change.
 Every function takes a sync Prefect client pointed at the stack (`connection.stack_client`).
 """
 
@@ -18,7 +19,8 @@ from yoloq.base.errors import UserError
 from yoloq.domain.contract import job_event
 from yoloq.domain.tiers import TIER_NAMES
 
-CHANGE_EVENTS = {job_event("tier_changed"): "tier changed", job_event("cancelled"): "cancel requested"}
+CHANGE_EVENTS = {job_event("tier_changed"): "tier changed", job_event("cancelled"): "cancel requested",
+                 job_event("extended"): "epochs extended"}
 
 
 class JobEndedError(UserError):
@@ -72,6 +74,22 @@ class TierChange:
 
     def to_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "old_tier": self.old_tier, "new_tier": self.new_tier, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Extension:
+    job_id: str
+    old_epochs: int
+    new_epochs: int
+    epochs_done: int
+    restarted: bool  # the job had completed: its parent run was queued again
+    est_duration_s: float | None  # the re-analysed estimate of the whole job at the new total
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "old_epochs": self.old_epochs, "new_epochs": self.new_epochs,
+                "epochs_done": self.epochs_done, "restarted": self.restarted,
+                "est_duration_s": self.est_duration_s, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -154,6 +172,8 @@ def change_rows(client: Any, job_id: str) -> list[dict[str, Any]]:
             continue
         details = event.get("details") or {}
         change = f"{details.get('old_tier')} -> {details.get('new_tier')}, " if "new_tier" in details else ""
+        if "new_epochs" in details:
+            change = f"{details.get('old_epochs')} -> {details.get('new_epochs')} epochs, "
         rows.append({"time": event["occurred"], "what": what,
                      "detail": f"{change}by {event['actor']}: {event['reason']}".strip().rstrip(":"),
                      "actor": event["actor"]})
@@ -192,6 +212,69 @@ def apply_tier(client: Any, record: Any, tier: str, reason: str) -> None:
     for run_ in runs:
         client.update_flow_run_labels(run_.id, {TIER_LABEL: tier})
     emit_job_event("tier_changed", record.job_id, record.team, reason=reason, old_tier=record.tier, new_tier=tier)
+
+
+def extend(client: Any, record: Any, epochs: int, reason: str, pool: Any = None) -> Extension:
+    """Raise a job's total to `epochs` (`yoloq extend`): queued, running, preempted or
+    completed. Checked (more than now; not ended otherwise; not early-stopped; an engine that
+    can extend; the extended spec re-admitted against the pool), then the new total is set on
+    the parent run, which trains on from its newest checkpoint; a completed job's parent is
+    queued again. The LR schedule from there on is the new total's (docs/concepts/extend.md)."""
+    from prefect.states import Scheduled
+
+    from yoloq.analysis.models import engine_of_model
+    from yoloq.domain.contract import EPOCHS_LABEL
+    from yoloq.records.events import emit_job_event
+    from yoloq.service.admission import admit, pool_context
+
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise UserError("epochs", f"{epochs!r} is not a whole number of epochs", "give the new total, e.g. --epochs 150")
+    if epochs <= record.epochs:
+        raise UserError("epochs", f"{epochs} is not more than the job's {record.epochs} epochs",
+                        f"give the new total, larger than {record.epochs}")
+    state = record.flow_run.state
+    completed = bool(state and state.is_completed())
+    if state and state.is_final() and not completed:
+        raise JobEndedError("job", f"{record.job_id} has ended ({record.state}): only a queued, running "
+                            "or completed job can be extended", "submit it again, or fine-tune from it")
+    spec = _spec_of(record).model_copy(update={"epochs": epochs, "priority": record.tier})
+    if engine_of_model(spec.model) == "yolov5":
+        raise UserError("model", f"{record.job_id} trains on the yolov5 engine, which cannot extend a job yet",
+                        "submit a new job that fine-tunes from its weights")
+    latest = _latest_checkpoint(record.job_id)
+    if latest is not None and latest.finished:
+        _check_extendable(record.job_id, latest)
+    verdict = admit(spec, None, pool if pool is not None else pool_context(client, None))
+    if not verdict.accepted:
+        raise verdict.refusal
+    client.update_flow_run_labels(record.flow_run.id, {EPOCHS_LABEL: str(epochs)})
+    if completed:
+        client.set_flow_run_state(record.flow_run.id, Scheduled(
+            message=f"extended to {epochs} epochs: training on from epoch {record.epochs_done}"), force=True)
+    emit_job_event("extended", record.job_id, record.team, reason=reason,
+                   old_epochs=record.epochs, new_epochs=epochs)
+    estimate = getattr(verdict.analysis, "est_duration_s", None)
+    return Extension(record.job_id, record.epochs, epochs, latest.epoch if latest else 0, completed,
+                     float(estimate) if estimate is not None else None, reason)
+
+
+def _latest_checkpoint(job_id: str) -> Any:
+    from blocks import stores
+
+    return stores.checkpoint_store().latest(job_id)
+
+
+def _check_extendable(job_id: str, latest: Any) -> None:
+    """A finished checkpoint trains on only when it reached its total (an early-stopped job
+    would stop again at once) and was written by a release that records that total."""
+    if not latest.target_epochs:
+        raise UserError("job", f"{job_id} finished before this release recorded a job's total in "
+                        "its checkpoints, so it cannot be extended exactly",
+                        "fine-tune from it: a new job with model: <its best.pt>")
+    if latest.epoch < latest.target_epochs:
+        raise UserError("job", f"{job_id} stopped early at epoch {latest.epoch} of {latest.target_epochs} "
+                        "(no improvement for its patience): extended, it would stop again at once",
+                        "fine-tune from it, or submit again with a larger patience")
 
 
 def cancel(client: Any, record: Any, reason: str) -> Cancellation:
