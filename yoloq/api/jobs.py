@@ -101,41 +101,30 @@ def show(job_id: str, who: Authed) -> dict[str, Any]:
 
 @router.delete("/jobs/{job_id}", summary="Cancel a job (its live segments and its parent run)")
 def cancel(job_id: str, who: Authed, reason: str = "cancelled through the API") -> dict[str, Any]:
-    from yoloq.records.events import acting_as
     from yoloq.service import jobs
-    from yoloq.service.connection import stack_client
 
-    with stack_client() as client:
-        record = _find(client, job_id)
-        require_team(who, record.team)
-        with acting_as(who.actor):
-            return jobs.cancel(client, record, reason).to_dict()
+    return _change(job_id, who, lambda client, record: jobs.cancel(client, record, reason))
 
 
 @router.post("/jobs/{job_id}/tier", summary="Move a queued or running job to another tier")
 def retier(job_id: str, change: TierChange, who: Authed) -> dict[str, Any]:
-    from yoloq.records.events import acting_as
     from yoloq.service import jobs
-    from yoloq.service.admission import TierCapError
-    from yoloq.service.connection import stack_client
 
     if change.tier not in TIER_NAMES:
         raise UserError("tier", f"unknown tier {change.tier!r}", f"use one of: {', '.join(TIER_NAMES)}")
-    with stack_client() as client:
-        record = _find(client, job_id)
-        require_team(who, record.team)
-        try:
-            with acting_as(who.actor):
-                done = jobs.retier(client, record, change.tier, change.reason)
-        except jobs.JobEndedError as exc:
-            raise refuse_error(409, exc) from None
-        except TierCapError as exc:
-            raise refuse_error(403, exc) from None
-    return done.to_dict()
+    return _change(job_id, who, lambda client, record: jobs.retier(client, record, change.tier, change.reason))
 
 
 @router.post("/jobs/{job_id}/epochs", summary="Extend a job: raise its total epochs (it trains on)")
 def extend(job_id: str, change: EpochsChange, who: Authed) -> dict[str, Any]:
+    from yoloq.service import jobs
+
+    return _change(job_id, who, lambda client, record: jobs.extend(client, record, change.epochs, change.reason))
+
+
+def _change(job_id: str, who: Caller, act: Any) -> dict[str, Any]:
+    """Run `act(client, record)` on the caller's own team's job, as the caller: 409 for a job
+    that has ended, 403 for a tier above the team's cap."""
     from yoloq.records.events import acting_as
     from yoloq.service import jobs
     from yoloq.service.admission import TierCapError
@@ -146,12 +135,11 @@ def extend(job_id: str, change: EpochsChange, who: Authed) -> dict[str, Any]:
         require_team(who, record.team)
         try:
             with acting_as(who.actor):
-                done = jobs.extend(client, record, change.epochs, change.reason)
+                return act(client, record).to_dict()
         except jobs.JobEndedError as exc:
             raise refuse_error(409, exc) from None
         except TierCapError as exc:
             raise refuse_error(403, exc) from None
-    return done.to_dict()
 
 
 def _submit(spec, tags: tuple[str, ...], reason: str):
