@@ -39,10 +39,11 @@ from yoloq.domain.spec import JobSpec, parse_spec  # noqa: E402
 
 @task(name="analyse")
 def analyse_task(spec: dict[str, Any]) -> dict[str, Any]:
+    from blocks.job_weights import resolve_model
     from yoloq.analysis import analyse
     from yoloq.datasets.validate import validate_dataset
 
-    return analyse(parse_spec(spec), validate=validate_dataset).to_dict()
+    return analyse(resolve_model(parse_spec(spec)), validate=validate_dataset).to_dict()
 
 
 def plan_segment_epochs(job: JobSpec, analysis: dict[str, Any]) -> int:
@@ -103,7 +104,7 @@ def _train(job: JobSpec, job_id: str, analysis: dict[str, Any], per_segment: int
         params = mlflow_params(job, analysis, per_segment) if done == 0 else None
         last = run = _segment_run(job, job_id, done, target, plan, logger, announced, params)
         announced = False  # cleared by the call above
-        throttle = throttled_plan(run, plan, job.model) or throttle
+        throttle = throttled_plan(run, plan, analysis.get("weights") or job.model) or throttle
         state = run.state
         logger.info("segment %s ended %s (%s)", run.name, state.name, state.message or "")
         if state.is_completed() or was_preempted(run) or state.name == "Drained":

@@ -244,13 +244,15 @@ def _segment(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan
 def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan | dict[str, Any],
            workdir: Path, store: Any, tracker: Any, run_id: str, run_key: str,
            logger: Any, timer: SetupTimer | None = None) -> Any:
+    from blocks.job_weights import resolve_model
     from yoloq.datasets import resolve_dataset
     from yoloq.engine import SegmentRequest, run_segment
 
     timer = timer or SetupTimer()
     plan = as_plan(plan)
-    # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched)
-    job = job.model_copy(update={"data": str(resolve_dataset(job.data, logger))})
+    # s3:// data -> this node's verified dataset cache (a DatasetError if it cannot be fetched);
+    # `model: job:<id>` -> that job's weights, fetched into this node's state folder
+    job = resolve_model(job.model_copy(update={"data": str(resolve_dataset(job.data, logger))}))
     timer.mark("dataset")
     newest = store.latest(job_id)  # newest readable metadata: the ledger so far
     restored = store.restore(job_id, workdir / "restore")

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,30 @@ _FIELD_ALIASES = {
 _INT_FIELDS = ("epochs", "imgsz", "batch", "segment_epochs")
 
 
+JOB_REF_PREFIX = "job:"
+JOB_WEIGHTS = ("best", "last")
+
+
+@dataclass(frozen=True)
+class JobWeightsRef:
+    """`model: job:<id>[:best|:last]`: the weights of a finished job, from the checkpoint store
+    (resolved on each node by `blocks.job_weights`)."""
+
+    job_id: str
+    which: str = "best"  # best.pt, or the last epoch's weights
+
+
+def parse_job_ref(model: str) -> JobWeightsRef | None:
+    """The job reference in a spec's `model`, None when it names a file or a YAML; a malformed
+    one raises ValueError."""
+    if not model.startswith(JOB_REF_PREFIX):
+        return None
+    job_id, _, which = model[len(JOB_REF_PREFIX):].partition(":")
+    if not job_id or (which and which not in JOB_WEIGHTS):
+        raise ValueError(f"{model!r} is not a job reference; write job:<id>, job:<id>:best or job:<id>:last")
+    return JobWeightsRef(job_id, which or "best")
+
+
 class JobSpec(BaseModel):
     """A YOLO training job."""
 
@@ -51,7 +76,8 @@ class JobSpec(BaseModel):
     name: str = Field(description="Job name: lowercase letters, digits, '.', '_' or '-'.")
     team: str = Field(description="Team that owns the job (fair share and quotas).")
     priority: str = Field(default="normal", description="urgent | high | normal | low")
-    model: str = Field(description="A model YAML name (yolov8n.yaml, yolo11s.yaml) or a .pt path.")
+    model: str = Field(description="A model YAML name (yolov8n.yaml, yolo11s.yaml), a .pt path, or "
+                                   "job:<id>[:best|:last] (a finished job's weights, fine-tuned from).")
     data: str = Field(description="Path to the dataset YAML.")
     epochs: int = Field(default=10, ge=1, le=10000, strict=True)
     imgsz: int = Field(default=640, ge=32, le=4096, strict=True)
@@ -67,6 +93,13 @@ class JobSpec(BaseModel):
     def _slug(cls, value: str) -> str:
         if not _NAME_PATTERN.match(value):
             raise ValueError("use lowercase letters, digits, '.', '_' or '-' (at most 63)")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if value.startswith(JOB_REF_PREFIX):
+            parse_job_ref(value)  # raises ValueError naming the fix
         return value
 
     @field_validator("priority")

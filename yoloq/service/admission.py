@@ -78,11 +78,12 @@ def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = 
     `pool` None gives the analysis's verdict alone (a batch analyses every job before it reads
     the pool, then calls again with the pool and the `analysis` already made)."""
     if analysis is None:
+        from blocks.job_weights import resolve_model
         from yoloq.analysis import analyse
         from yoloq.datasets.validate import validate_dataset
 
         try:
-            analysis = analyse(spec, gpu=gpu, validate=validate_dataset)  # bad input stops here: no run created, no GPU time
+            analysis = analyse(resolve_model(spec), gpu=gpu, validate=validate_dataset)  # bad input stops here: no run created, no GPU time
         except UserError as exc:
             return Verdict(None, exc, SPEC)
     if pool is None:

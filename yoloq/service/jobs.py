@@ -238,15 +238,15 @@ def extend(client: Any, record: Any, epochs: int, reason: str, pool: Any = None)
         raise JobEndedError("job", f"{record.job_id} has ended ({record.state}): only a queued, running "
                             "or completed job can be extended", "submit it again, or fine-tune from it")
     spec = _spec_of(record).model_copy(update={"epochs": epochs, "priority": record.tier})
-    if engine_of_model(spec.model) == "yolov5":
+    verdict = admit(spec, None, pool if pool is not None else pool_context(client, None))
+    if not verdict.accepted:
+        raise verdict.refusal
+    if engine_of_model(verdict.analysis.weights or spec.model) == "yolov5":
         raise UserError("model", f"{record.job_id} trains on the yolov5 engine, which cannot extend a job yet",
                         "submit a new job that fine-tunes from its weights")
     latest = _latest_checkpoint(record.job_id)
     if latest is not None and latest.finished:
         _check_extendable(record.job_id, latest)
-    verdict = admit(spec, None, pool if pool is not None else pool_context(client, None))
-    if not verdict.accepted:
-        raise verdict.refusal
     client.update_flow_run_labels(record.flow_run.id, {EPOCHS_LABEL: str(epochs)})
     if completed:
         client.set_flow_run_state(record.flow_run.id, Scheduled(
