@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from yoloq.base.errors import UserError
+from yoloq.domain.contract import JOB_WEIGHTS_PREFIX
 from yoloq.domain.spec import JobSpec, JobWeightsRef, parse_job_ref
 
 
@@ -38,10 +39,10 @@ def job_weights(ref: JobWeightsRef, store: Any = None, root: str | os.PathLike[s
     except ValueError:  # not a safe job id
         latest = None
     if latest is None:
-        raise UserError("model", f"job:{ref.job_id}: no job of that id has weights in the checkpoint store",
+        raise UserError("model", f"{JOB_WEIGHTS_PREFIX}{ref.job_id}: no job of that id has weights in the checkpoint store",
                         "name a finished job (`yoloq status` lists them)")
     if not latest.finished:
-        raise UserError("model", f"job:{ref.job_id} has not finished (its newest checkpoint is epoch "
+        raise UserError("model", f"{JOB_WEIGHTS_PREFIX}{ref.job_id} has not finished (its newest checkpoint is epoch "
                         f"{latest.epoch})", "wait until it completes (`yoloq status`), then submit again")
     dest = state_paths(root).root / "job-weights" / ref.job_id / f"e{latest.epoch}-{latest.sha256[:12]}-{ref.which}.pt"
     if dest.is_file():
@@ -50,7 +51,7 @@ def job_weights(ref: JobWeightsRef, store: Any = None, root: str | os.PathLike[s
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
         restored = store.restore(ref.job_id, Path(tmp) / "restore")
         if restored is None or restored.info.sha256 != latest.sha256:
-            raise UserError("model", f"job:{ref.job_id}: its finished checkpoint (epoch {latest.epoch}) did "
+            raise UserError("model", f"{JOB_WEIGHTS_PREFIX}{ref.job_id}: its finished checkpoint (epoch {latest.epoch}) did "
                             "not verify against the sha256 the store recorded",
                             "check the checkpoint store (docs/operations/runbook.md)")
         written = Path(tmp) / dest.name

@@ -143,9 +143,13 @@ def test_model_variant_is_accepted_with_a_warning(corpus_dataset, tmp_path):
     assert any("-p2 variant" in w for w in result.warnings)
 
 
+@pytest.mark.parametrize("name, task", [("yolov8n-seg.yaml", "segment"), ("yolo11n-pose.yaml", "pose"),
+                                        ("yolov8n-obb.yaml", "obb"), ("yolov8n.yaml", "detect")])
+def test_every_trained_task_resolves_with_its_task(name, task):
+    assert resolve_model_name(name).task == task
+
+
 @pytest.mark.parametrize("name, expected", [
-    pytest.param("yolov8n-pose.yaml", "is a pose", id="pose"),
-    pytest.param("yolov8n-obb.yaml", "obb|OBB", id="obb"),
     pytest.param("yolo11n-cls.yaml", "is a classif", id="classify"),
     pytest.param("yolov8s-world.yaml", "open-vocabulary", id="world"),
 ])

@@ -11,6 +11,9 @@ from typing import Any
 from yoloq.domain import gpus
 from yoloq.analysis import classify, estimates, train_args
 from yoloq.analysis.dataset import DatasetInfo, validate_local_dataset
+from yoloq.domain.tasks import task as task_row
+
+TASK_SUFFIXES = ("-seg", "-pose", "-obb")  # model names of the tasks other than detection
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
 from yoloq.analysis.models import (
     ModelInfo,
@@ -86,11 +89,12 @@ def analyse_file(path: str | Path, gpu: str | None = None) -> Analysis:
 
 
 def analyse(spec: JobSpec, gpu: str | None = None, *,
-            validate: Callable[[str], DatasetInfo] | None = None) -> Analysis:
+            validate: Callable[..., DatasetInfo] | None = None) -> Analysis:
     """Validate the spec, its dataset and model; estimate memory and time; classify the job.
 
-    `validate` checks the dataset: local folders by default; admission passes
-    `yoloq.datasets.validate.validate_dataset`, which reads `s3://` datasets too."""
+    `validate(data, task=...)` checks the dataset for the model's task: local folders by
+    default; admission passes `yoloq.datasets.validate.validate_dataset`, which reads `s3://`
+    datasets too."""
     if validate is None:
         if str(spec.data).startswith("s3://"):
             raise DatasetError("data", f"{spec.data} is in S3 and this analysis reads local folders",
@@ -99,14 +103,17 @@ def analyse(spec: JobSpec, gpu: str | None = None, *,
     target = _gpu(gpu)
     model, print_ = _model(spec)
     weights = _weights(spec)
-    dataset = validate(spec.data)
+    dataset = validate(spec.data, task=model.task)
     _check_classes(spec, dataset)
     warnings = list(dataset.warnings) + _model_warnings(model, print_, dataset) + train_args.advice(spec.train_args)
     amp = amp_enabled(spec.train_args)
     train, val = dataset.images("train"), dataset.images("val")
-    memory = estimates.estimate_memory(model.params_m, model.gflops, spec.imgsz, spec.batch, target, amp)
-    timing = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, target)
-    reference = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, gpus.REFERENCE)
+    cost = task_row(model.task)  # a head's memory and time relative to detection
+    memory = estimates.estimate_memory(model.params_m, model.gflops * cost.mem_factor, spec.imgsz, spec.batch,
+                                       target, amp)
+    timing = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, target, cost.time_factor)
+    reference = estimates.estimate_time(model.scale, spec.imgsz, spec.epochs, train, val, gpus.REFERENCE,
+                                        cost.time_factor)
     if not memory.fits:
         warnings.append(_memory_warning(spec, model, memory, target, amp))
     rule = yolov5_exactness if model.engine == "yolov5" else classify.exactness  # per engine
@@ -160,7 +167,7 @@ def _model(spec: JobSpec) -> tuple[ModelInfo, Fingerprint | None]:
 
 def _model_warnings(model: ModelInfo, print_: Fingerprint | None, dataset: DatasetInfo) -> list[str]:
     warnings = []
-    if model.variant:
+    if model.variant and model.variant not in TASK_SUFFIXES:  # a task's own cost is in the estimate
         warnings.append(f"model: estimates use the plain {model.family}{model.scale} figures for the "
                         f"{model.variant} variant")
     if print_ is not None and print_.names and print_.names != dataset.names:

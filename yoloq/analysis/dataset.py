@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from yoloq.analysis.labels import sample, scan_labels
+from yoloq.analysis.labels import LabelFormat, sample, scan_labels
 from yoloq.analysis.strict_yaml import DuplicateKey, load_yaml
 from yoloq.base.errors import DatasetError
 
@@ -268,14 +268,44 @@ def label_path(image: str) -> Path:
     return Path(sb.join(image.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt")
 
 
-def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT) -> DatasetInfo:
-    """Check a local detection data YAML, its image folders and label files; raise DatasetError.
+def label_format(task: str, data: dict[str, Any]) -> LabelFormat:
+    """The label rows a `task` model trains from, with the data YAML's own checks for it:
+    pose needs `kpt_shape: [K, 2|3]` (and a `flip_idx` that is a permutation of the K
+    keypoints, when given); a pose dataset (one with `kpt_shape`) needs a pose model."""
+    from yoloq.domain.tasks import task as task_row
+
+    shape = data.get("kpt_shape")
+    if task != "pose":
+        if shape is not None:
+            raise DatasetError("data.kpt_shape", f"the dataset is a pose dataset (kpt_shape {shape}) and the "
+                               f"model a {task_row(task).label} model",
+                               "train a pose model such as yolov8n-pose.yaml, or give a dataset of the model's task")
+        return LabelFormat(task)
+    if (not isinstance(shape, list) or len(shape) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                  for v in shape)
+            or shape[0] < 1 or shape[1] not in (2, 3)):
+        found = "missing" if shape is None else f"{shape!r}"
+        raise DatasetError("data.kpt_shape", f"{found}: a pose model needs kpt_shape: [K, 2|3] in the data YAML",
+                           "add kpt_shape: [K, 3] (K keypoints, each x y visibility), e.g. [17, 3] for COCO")
+    flip = data.get("flip_idx")
+    if flip is not None and (not isinstance(flip, list) or sorted(flip) != list(range(shape[0]))):
+        raise DatasetError("data.flip_idx", f"{flip!r} is not a permutation of the {shape[0]} keypoints",
+                           f"list each keypoint's mirror image under a horizontal flip, {shape[0]} indices "
+                           f"0-{shape[0] - 1} (or leave flip_idx out: then flips are off)")
+    return LabelFormat("pose", keypoints=shape[0], dims=shape[1])
+
+
+def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT,
+                           task: str = "detect") -> DatasetInfo:
+    """Check a local data YAML, its image folders and the label files a `task` model trains
+    from; raise DatasetError.
 
     `yoloq.analysis.validate.validate_dataset` also takes `s3://` datasets.
     """
     yaml_path = _resolved("data", Path(data_yaml).expanduser())
     data = load_data_yaml(yaml_path)
     names = check_names(data)
+    fmt = label_format(task, data)
     root = resolve_root(data, yaml_path)
     warnings: list[str] = []
     splits: dict[str, SplitInfo] = {}
@@ -283,13 +313,13 @@ def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT)
         if key == "test" and not data.get("test"):
             continue
         sources = resolve_split(data, key, root)
-        splits[key] = _check_split(key, sources, names, root, limit, warnings)
+        splits[key] = _check_split(key, sources, names, root, limit, warnings, fmt)
     return DatasetInfo(yaml_path=str(yaml_path), root=str(root), names=names, splits=splits,
                        warnings=tuple(warnings))
 
 
 def _check_split(key: str, sources: list[Path], names: tuple[str, ...], root: Path, limit: int,
-                 warnings: list[str]) -> SplitInfo:
+                 warnings: list[str], fmt: LabelFormat = LabelFormat()) -> SplitInfo:
     images = list_images(key, sources)
     checked = sample(images, limit)
     if any(source.is_file() for source in sources):  # image lists may name files that are gone
@@ -297,7 +327,7 @@ def _check_split(key: str, sources: list[Path], names: tuple[str, ...], root: Pa
         if missing:
             raise DatasetError(f"data.{key}", f"{len(missing)} listed images do not exist (e.g. {missing[0]})",
                                "fix the image list so every line is an existing file")
-    scan = scan_labels(checked, label_path, len(names), root)
+    scan = scan_labels(checked, label_path, len(names), root, fmt)
     if len(checked) < len(images):
         warnings.append(f"data.{key}: checked the labels of {len(checked)} of {len(images)} images "
                         f"(an even sample; the rest were not read)")

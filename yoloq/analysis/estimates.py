@@ -100,8 +100,9 @@ def images_per_s(scale: str, imgsz: int, gpu: GpuType) -> float:
 
 
 def estimate_time(scale: str, imgsz: int, epochs: int, train_images: int, val_images: int,
-                  gpu: GpuType) -> TimeEstimate:
-    rate = images_per_s(scale, imgsz, gpu)
+                  gpu: GpuType, task_factor: float = 1.0) -> TimeEstimate:
+    """`task_factor`: the task's training time per image relative to detection (`domain.tasks`)."""
+    rate = images_per_s(scale, imgsz, gpu) / task_factor
     epoch_s = (train_images + val_images * VAL_COST) / rate + EPOCH_OVERHEAD_S
     return TimeEstimate(gpu=gpu.name, images_per_s=round(rate, 1), est_epoch_s=round(epoch_s, 2),
                         est_duration_s=round(START_OVERHEAD_S + epochs * epoch_s, 1))

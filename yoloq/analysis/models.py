@@ -43,10 +43,6 @@ from yoloq.analysis.fingerprint import fingerprint, read_header
 from yoloq.base.errors import ModelError
 
 # Tasks the engines do not train (see docs/concepts/model-families.md).
-UNTRAINED_TASKS = {
-    "segment": "segmentation", "pose": "pose", "obb": "oriented-box (OBB)", "classify": "classification",
-    "semantic": "semantic segmentation", "depth": "depth",
-}
 _V5_KEYS = ("nc", "depth_multiple", "width_multiple", "anchors", "backbone", "head")
 _DETECT_HEADS = {"detect", "v10detect"}
 
@@ -180,13 +176,19 @@ def _check_scale(name: str, field: str, scale: str, cfg: dict[str, Any]) -> str:
 
 
 def check_supported(field: str, name: str, family: str, task: str, head: str) -> None:
-    """Raise ModelError unless this is a detect model of a family yoloq can train and estimate."""
+    """Raise ModelError unless this is a model of a task and family yoloq can train and estimate."""
+    from yoloq.domain.tasks import TRAINED_TASKS, task as task_row
+
     refuse_family(field, name, family)
-    if task != "detect":
-        label = UNTRAINED_TASKS.get(task, task)
-        raise ModelError(field, f"{name!r} is a {label} model; yoloq's engines train detection models only "
-                         "(segment, pose and OBB are refused: see docs/concepts/model-families.md)",
-                         "use a detect model such as yolov8n.yaml or yolo11n.yaml")
+    row = task_row(task)
+    if family == YOLOV5 and task != "detect":  # the yolov5 engine runs yolov5's detection train.py only
+        raise ModelError(field, f"{name!r} is a {row.label} model of the original YOLOv5, whose engine in "
+                         "yoloq trains detection only (docs/concepts/tasks.md)",
+                         f"use an ultralytics model such as {row.example if not row.refused else 'yolov8n.yaml'}")
+    if row.refused:
+        raise ModelError(field, f"{name!r} is a {row.label} model, not trained by yoloq yet: {row.refused} "
+                         "(docs/concepts/tasks.md)",
+                         f"use a model of a task yoloq trains ({', '.join(TRAINED_TASKS)}), e.g. yolov8n-seg.yaml")
     if family not in MODEL_SIZES:
         raise ModelError(field, f"{name!r} is a {family} model, which yoloq does not support",
                          f"use one of the families {', '.join(SUPPORTED_FAMILIES)}")

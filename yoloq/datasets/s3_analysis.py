@@ -18,7 +18,8 @@ from yoloq.analysis.dataset import (
     SplitInfo,
     check_names,
 )
-from yoloq.analysis.labels import sample, scan_labels
+from yoloq.analysis.dataset import label_format
+from yoloq.analysis.labels import LabelFormat, sample, scan_labels
 from yoloq.datasets.s3_source import (
     DatasetUnreachable,
     S3Dataset,
@@ -52,25 +53,27 @@ def label_key(image: str) -> str:
     return swapped.rsplit(".", 1)[0] + ".txt"
 
 
-def validate_s3_dataset(uri: str, limit: int = LABEL_SCAN_LIMIT, client: Any | None = None) -> DatasetInfo:
-    """Check an `s3://.../data.yaml` dataset like `validate_dataset` checks a local one.
-    Every problem, an unreachable endpoint included, is one DatasetError line."""
+def validate_s3_dataset(uri: str, limit: int = LABEL_SCAN_LIMIT, task: str = "detect",
+                        client: Any | None = None) -> DatasetInfo:
+    """Check an `s3://.../data.yaml` dataset like `validate_dataset` checks a local one (for a
+    `task` model). Every problem, an unreachable endpoint included, is one DatasetError line."""
     try:
-        return _validate(uri, limit, client or dataset_client())
+        return _validate(uri, limit, client or dataset_client(), task)
     except DatasetUnreachable as exc:
         raise exc.error from None
 
 
-def _validate(uri: str, limit: int, client: Any) -> DatasetInfo:
+def _validate(uri: str, limit: int, client: Any, task: str = "detect") -> DatasetInfo:
     dataset = open_s3_dataset(uri, client)
     names = check_names(dataset.data)
+    fmt = label_format(task, dataset.data)
     warnings = list(dataset.warnings)
     splits: dict[str, SplitInfo] = {}
     for key in ("train", "val", "test"):
         if key == "test" and not dataset.data.get("test"):
             continue
         sources = split_sources(dataset, key)
-        splits[key] = _check_split(client, dataset, key, sources, len(names), limit, warnings)
+        splits[key] = _check_split(client, dataset, key, sources, len(names), limit, warnings, fmt)
     return DatasetInfo(yaml_path=dataset.yaml.uri, root=dataset.root.uri, names=names, splits=splits,
                        warnings=tuple(warnings))
 
@@ -145,11 +148,11 @@ def _fetch_labels(client: Any, dataset: S3Dataset, images: list[str]) -> dict[st
 
 
 def _check_split(client: Any, dataset: S3Dataset, key: str, sources: list[str], nc: int, limit: int,
-                 warnings: list[str]) -> SplitInfo:
+                 warnings: list[str], fmt: LabelFormat = LabelFormat()) -> SplitInfo:
     images = list_split_images(client, dataset, key, sources)
     checked = sample(images, limit)
     texts = _fetch_labels(client, dataset, checked)
-    scan = scan_labels(checked, lambda image: _S3Label(label_key(image), texts), nc, dataset.root)
+    scan = scan_labels(checked, lambda image: _S3Label(label_key(image), texts), nc, dataset.root, fmt)
     if len(checked) < len(images):
         warnings.append(f"data.{key}: checked the labels of {len(checked)} of {len(images)} images "
                         f"(an even sample; the rest were not read)")

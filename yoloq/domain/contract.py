@@ -70,6 +70,9 @@ PRODUCT_TAG = "yoloq"  # on every run yoloq creates
 NODE_VARIABLE_TAG = "yoloq-node"  # on the Prefect Variable that holds a node's record
 
 
+JOB_WEIGHTS_PREFIX = "job:"  # a spec's `model: job:<id>[:best|:last]` (a finished job's weights)
+
+
 def job_tag(job_id: str) -> str:
     """The tag on a job's parent run and all its segment runs."""
     return f"job:{job_id}"

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from yoloq.base.errors import SpecError
+from yoloq.domain.contract import JOB_WEIGHTS_PREFIX as JOB_REF_PREFIX
 from yoloq.domain.tiers import TIER_NAMES, Tier
 from yoloq.settings import settings
 
@@ -44,7 +45,6 @@ _FIELD_ALIASES = {
 _INT_FIELDS = ("epochs", "imgsz", "batch", "segment_epochs")
 
 
-JOB_REF_PREFIX = "job:"
 JOB_WEIGHTS = ("best", "last")
 
 
