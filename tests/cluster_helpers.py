@@ -225,6 +225,80 @@ def times_started(flow_run_id: Any) -> int:
     return sum(1 for s in states if s.type.value == "RUNNING")
 
 
+LOG_CLUES = ("drained", "lost", "node pass failed", "scheduler lease", "preemption requested",
+             "heartbeat not published", "did not stop within its grace", "policy changed")
+
+
+def pool_diagnostics(pool: Pool, job_ids: list[str], log_lines: int = 40) -> str:
+    """What the pool looked like when a wait timed out: the leader, each node's heartbeat age,
+    every segment of `job_ids` (state, node, epoch reached, last checkpoint's age, preemption
+    labels), the queue board's row for each (its waiting reason) and the agents' log lines
+    about drains, lost nodes, failed passes and the lease. Each part is best effort."""
+    from prefect.client.orchestration import get_client
+
+    from yoloq.records.jobs import segments_of
+
+    now = time.time()
+    out: list[str] = []
+
+    def part(title: str, read: Any) -> None:
+        try:
+            out.extend([f"-- {title}", *read()])
+        except Exception as exc:  # a diagnostic never hides the failure it explains
+            out.append(f"-- {title}: not read ({type(exc).__name__}: {exc})")
+
+    def nodes() -> list[str]:
+        from prefect.utilities.asyncutils import run_coro_as_sync
+
+        from work_pools.nodes import read_nodes
+
+        async def read() -> list[Any]:
+            async with get_client() as client:
+                return await read_nodes(client)
+
+        return [f"{n.name}: heartbeat {now - n.heartbeat_at:.1f} s ago, live_runs {list(n.live_runs)}"
+                for n in run_coro_as_sync(read())]
+
+    def segments() -> list[str]:
+        rows = []
+        with get_client(sync_client=True) as client:
+            for job in job_ids:
+                for seg in segments_of(client, job):
+                    labels = seg.labels or {}
+                    ckpt = labels.get("yoloq.checkpoint_at")
+                    age = f"{now - float(ckpt):.0f} s ago" if ckpt else "none"
+                    rows.append(
+                        f"{job} {seg.name}: {seg.state.name if seg.state else '?'}, node "
+                        f"{labels.get('yoloq.node', '-')}, epoch {labels.get('yoloq.epoch', '-')} "
+                        f"of stop_after {(seg.parameters or {}).get('stop_after_epoch')}, last "
+                        f"checkpoint {age}, preempt {labels.get('yoloq.preempt', '-')} "
+                        f"(by {labels.get('yoloq.preempted_by', '-')})")
+        return rows
+
+    def board() -> list[str]:
+        from yoloq.views.queueview import _board
+
+        with get_client(sync_client=True) as client:
+            rows = _board(client)
+        return [f"{r.get('job')} {name}: {r.get('state')} - {r.get('reason')}"
+                for name, r in rows.items() if r.get("job") in job_ids] or ["(no rows)"]
+
+    def logs() -> list[str]:
+        lines = []
+        for path in sorted({*pool.logs.glob("*.log"), *pool.home.rglob("*.log")}):
+            text = path.read_text(errors="replace").splitlines()
+            hits = [line for line in text if any(c in line for c in LOG_CLUES)]
+            lines += [f"{path.name}: {line[-300:]}" for line in hits[-log_lines:]]
+        return lines or ["(nothing)"]
+
+    part("leader", lambda: [str(leader())])
+    part("nodes", nodes)
+    part("segments", segments)
+    part("queue board", board)
+    part("agent logs", logs)
+    return "\n".join(out)
+
+
 # -- the load scenario: tests/test_cluster_load.py and bench/cluster.py run the same one ----
 
 LOAD_WEIGHTS = {"a": 2.0, "b": 1.0, "c": 1.0, "d": 1.0}

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster_helpers import cluster_pool, leader, live_nodes, pool_segments, times_started
+from cluster_helpers import (cluster_pool, leader, live_nodes, pool_diagnostics, pool_segments,
+                             times_started)
 from stack_helpers import freeze, thaw, wait_final, wait_for, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training,
@@ -117,8 +118,11 @@ def test_a_free_gpu_is_used_first_then_urgent_preempts_only_the_cheapest_victim(
         assert {_node(low_seg), *map(_node, normal_segs)} == {"a", "b", "c"}
 
         urgent = pool.submit(_spec(pool, tmp_path, "urgent2", "urgent", 1, tiny_dataset))
-        wait_for(lambda: any(_asked(s) for j in (low, *normals) for s in _segments(j)),
-                 "a preemption")
+        try:
+            wait_for(lambda: any(_asked(s) for j in (low, *normals) for s in _segments(j)),
+                     "a preemption")
+        except AssertionError as exc:  # say why: the board's reason for urgent2, the nodes, ...
+            raise AssertionError(f"{exc}\n{pool_diagnostics(pool, [urgent, low, *normals])}") from None
         time.sleep(5)  # several more scheduler passes: a second preemption would show now
         asked = {j: [s.name for s in _segments(j) if _asked(s)] for j in (low, *normals)}
     finally:

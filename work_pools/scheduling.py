@@ -96,7 +96,7 @@ def schedule(inventory: list[GpuInfo], running: list[SegmentView], pending: list
 
     snapshot = build_snapshot(inventory, running, pending, reserved, started_at, asked or set(),
                               usage_tu or {}, ledger=ledger, now=now,
-                              policy=worker_policy.policy, nodes=nodes)
+                              policy=worker_policy.policy, nodes=nodes, grace=worker_policy)
     if held:
         snapshot = replace(snapshot, held={((nodes or {}).get(i, LOCAL_NODE), i): job
                                            for i, job in held.items()})
@@ -116,8 +116,11 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
                    reserved: dict[UUID, tuple[int, ...]], started_at: dict[UUID, float],
                    asked: set[UUID], usage_tu: dict[str, float],
                    ledger: usage_state.UsageState | None = None, now: float | None = None,
-                   policy: Policy | None = None, nodes: dict[int, str] | None = None) -> Snapshot:
-    """Free memory = declared/NVML total minus what admitted segments were estimated to use."""
+                   policy: Policy | None = None, nodes: dict[int, str] | None = None,
+                   grace: WorkerPolicy | None = None) -> Snapshot:
+    """Free memory = declared/NVML total minus what admitted segments were estimated to use.
+    `grace` (with `now`) bounds how long a segment past its last epoch counts as stopping
+    (`finishing`); without it, it does until its process exits."""
     used: dict[int, float] = {}
     for view in running:
         for index in reserved.get(view.flow_run_id, ()):
@@ -126,16 +129,18 @@ def build_snapshot(inventory: list[GpuInfo], running: list[SegmentView], pending
     gpus = tuple(_gpu(g, used.get(g.index, 0.0), node_of.get(g.index, LOCAL_NODE)) for g in inventory)
     speed_of = {g.index: g.speed for g in gpus}
     history = _History(ledger, now, policy or Policy())
-    run_segments = tuple(_running_segment(v, reserved.get(v.flow_run_id, ()),
-                                          started_at.get(v.flow_run_id, v.queued_at),
-                                          v.flow_run_id in asked or past_last_epoch(v), history,
-                                          node_of, speed_of)
-                         for v in running)
+    run_segments = []
+    for v in running:
+        indices, started = reserved.get(v.flow_run_id, ()), started_at.get(v.flow_run_id, v.queued_at)
+        speed = min((speed_of.get(i, 1.0) for i in indices), default=1.0)
+        stopping = v.flow_run_id in asked or finishing(v, started, speed, now, grace)
+        run_segments.append(_running_segment(v, indices, started, stopping, history, node_of,
+                                             speed_of))
     wait_segments = tuple(_segment(v, (), None, False, history, node_of) for v in pending)
     if ledger is None:
-        return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
+        return Snapshot(gpus=gpus, running=tuple(run_segments), waiting=wait_segments,
                         team_usage_tu=usage_tu)
-    return Snapshot(gpus=gpus, running=run_segments, waiting=wait_segments,
+    return Snapshot(gpus=gpus, running=tuple(run_segments), waiting=wait_segments,
                     team_usage_tu={**ledger.usage.decayed_tu, **usage_tu},
                     team_period_tu=usage_state.period_spend(ledger, history.now, history.policy))
 
@@ -209,8 +214,24 @@ def past_last_epoch(view: SegmentView) -> bool:
     """The segment has checkpointed its last epoch and is finalising or exiting: its GPUs free
     on their own, so it counts as stopping (for nobody). Asking it to stop would gain nothing,
     and counting it as running made a waiting job preempt a second victim (the 60-job load
-    test saw a segment asked 23 ms before it completed, 4 s after its last epoch)."""
+    test saw a segment asked 23 ms before it completed, 4 s after its last epoch). For how
+    long it counts so: `finishing`."""
     return 0 < view.stop_after_epoch <= view.progress_epoch
+
+
+def finishing(view: SegmentView, started: float | None, speed: float, now: float | None,
+              grace: WorkerPolicy | None) -> bool:
+    """Past its last epoch (`past_last_epoch`) and still within its grace since that last
+    checkpoint: counted as stopping, its GPUs kept for whoever waits. A segment that has not
+    exited within the grace a victim gets (its process stopped or hung in its final upload)
+    counts as running again: a job that waited for its GPU would otherwise wait for good with
+    nobody asked to stop (an urgent job stalled behind a frozen segment in the cluster test)."""
+    if not past_last_epoch(view):
+        return False
+    last = view.checkpoint_at
+    if grace is None or now is None or last is None:
+        return True
+    return now - last <= grace.grace_for(epoch_time_here(started, view, speed))
 
 
 def _running_segment(view: SegmentView, gpu_indices: tuple[int, ...], started: float,
