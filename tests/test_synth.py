@@ -92,3 +92,94 @@ def test_cli_synth_bad_nc_is_a_user_error(tmp_path, capsys):
     code = cli.main(["dataset", "synth", str(tmp_path / "x"), "--nc", "99"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: dataset synth: nc must be between 1 and 8")
+
+
+def _drawn_share(pixels: np.ndarray, polygon: list[tuple[float, float]], cls: int) -> float:
+    """The share of the polygon's pixels that hold the class's colour."""
+    from PIL import ImageDraw
+
+    mask = Image.new("L", pixels.shape[1::-1])
+    ImageDraw.Draw(mask).polygon(polygon, fill=1)
+    inside = np.asarray(mask).astype(bool)
+    close = np.abs(pixels.astype(int) - np.array(_COLOURS[cls])).max(axis=2) <= 25
+    return float(close[inside].mean())
+
+
+def _rows(root: Path):
+    for label in sorted((root / "labels" / "train").iterdir()):
+        pixels = np.asarray(Image.open(root / "images" / "train" / f"{label.stem}.png").convert("RGB"))
+        for row in label.read_text().splitlines():
+            cls, *values = row.split()
+            yield pixels, int(cls), [float(v) for v in values]
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_every_task_validates_as_its_own_task_only(task, tmp_path):
+    data_yaml = synth_dataset(tmp_path / "ds", train=6, val=2, imgsz=64, seed=1, task=task)
+    info = validate_dataset(data_yaml, task=task)
+    assert info.warnings == () and info.splits["train"].boxes >= 6
+    if task == "pose":
+        from yoloq.base.errors import DatasetError
+
+        with pytest.raises(DatasetError, match="kpt_shape"):  # a pose dataset needs a pose model
+            validate_dataset(data_yaml, task="detect")
+
+
+@pytest.mark.parametrize("task", ["segment", "obb"])
+def test_polygons_and_rotated_boxes_cover_the_drawn_shape(task, tmp_path):
+    """Nine in ten pixels inside each filled shape's polygon (or rotated box, which also holds the
+    background at a shape's corners) hold the class colour; a ring is hollow and left out."""
+    size, checked = 64, 0
+    root = synth_dataset(tmp_path / "ds", train=10, val=1, imgsz=size, nc=5, seed=4, task=task).parent
+    for pixels, cls, values in _rows(root):
+        polygon = [(values[i] * size, values[i + 1] * size) for i in range(0, len(values), 2)]
+        assert len(polygon) == (4 if task == "obb" else len(polygon)) >= 3
+        floor = 0.9 if task == "segment" else 0.4  # a rotated triangle fills half its box
+        assert _drawn_share(pixels, polygon, cls) >= floor, (cls, values)
+        checked += 1
+    assert checked >= 10
+
+
+def test_rotated_boxes_are_rotated_rectangles(tmp_path):
+    root = synth_dataset(tmp_path / "ds", train=8, val=1, imgsz=64, seed=2, task="obb").parent
+    angles = set()
+    for _, _, values in _rows(root):
+        corners = np.array(values).reshape(4, 2) * 64
+        sides = np.roll(corners, -1, axis=0) - corners
+        assert np.allclose([np.dot(sides[i], sides[(i + 1) % 4]) for i in range(4)], 0, atol=0.01), "right angles"
+        assert np.allclose(np.linalg.norm(sides[0]), np.linalg.norm(sides[2]), atol=0.01)
+        angles.add(round(float(np.degrees(np.arctan2(sides[0][1], sides[0][0]))) % 180 // 30))
+    assert len(angles) >= 3, "angles spread over the half turn"
+
+
+def test_pose_keypoints_are_the_box_corners_and_flip_swaps_left_and_right(tmp_path):
+    data_yaml = synth_dataset(tmp_path / "ds", train=4, val=1, imgsz=64, seed=3, task="pose")
+    data = yaml.safe_load(data_yaml.read_text())
+    assert (data["kpt_shape"], data["flip_idx"]) == ([4, 3], [1, 0, 3, 2])
+    for _, _, values in _rows(data_yaml.parent):
+        cx, cy, w, h, *kpts = values
+        points = np.array(kpts).reshape(4, 3)
+        expected = [(cx - w / 2, cy - h / 2), (cx + w / 2, cy - h / 2), (cx + w / 2, cy + h / 2),
+                    (cx - w / 2, cy + h / 2)]
+        assert np.allclose(points[:, :2], expected, atol=2e-6) and (points[:, 2] == 2).all()
+        flipped = points[data["flip_idx"]].copy()  # what ultralytics' horizontal flip does
+        flipped[:, 0] = 1 - flipped[:, 0]
+        mirrored = [(1 - cx - w / 2, cy - h / 2), (1 - cx + w / 2, cy - h / 2), (1 - cx + w / 2, cy + h / 2),
+                    (1 - cx - w / 2, cy + h / 2)]  # the mirrored box's corners, top-left first
+        assert np.allclose(flipped[:, :2], mirrored, atol=2e-6)
+
+
+def test_the_same_seed_draws_the_same_images_for_detect_segment_and_pose(tmp_path):
+    images = {task: {k: v for k, v in _files(synth_dataset(tmp_path / task, train=3, val=1, imgsz=32, seed=5,
+                                                           task=task).parent).items() if k.startswith("images")}
+              for task in ("detect", "segment", "pose")}
+    assert images["detect"] == images["segment"] == images["pose"]
+
+
+def test_cli_synth_task(tmp_path, capsys):
+    target = tmp_path / "pose-ds"
+    assert cli.main(["dataset", "synth", str(target), "--task", "pose", "--train", "2", "--val", "1"]) == 0
+    assert "pose labels" in capsys.readouterr().out
+    assert yaml.safe_load((target / "data.yaml").read_text())["kpt_shape"] == [4, 3]
+    with pytest.raises(ValueError, match="task must be one of detect, segment, pose, obb"):
+        synth_dataset(tmp_path / "cls", task="classify")

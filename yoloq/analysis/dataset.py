@@ -268,6 +268,10 @@ def label_path(image: str) -> Path:
     return Path(sb.join(image.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt")
 
 
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def label_format(task: str, data: dict[str, Any]) -> LabelFormat:
     """The label rows a `task` model trains from, with the data YAML's own checks for it:
     pose needs `kpt_shape: [K, 2|3]` (and a `flip_idx` that is a permutation of the K
@@ -278,7 +282,7 @@ def label_format(task: str, data: dict[str, Any]) -> LabelFormat:
     if task != "pose":
         if shape is not None:
             raise DatasetError("data.kpt_shape", f"the dataset is a pose dataset (kpt_shape {shape}) and the "
-                               f"model a {task_row(task).label} model",
+                               f"model {_a(task_row(task).label)} model",
                                "train a pose model such as yolov8n-pose.yaml, or give a dataset of the model's task")
         return LabelFormat(task)
     if (not isinstance(shape, list) or len(shape) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)

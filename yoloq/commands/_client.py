@@ -71,6 +71,17 @@ def backend() -> Iterator[Backend]:
         yield Backend(client=client)
 
 
+def change_job(job: str, route: str, body: dict[str, Any], local: Callable[[Any, Any], Any]) -> dict[str, Any]:
+    """One change to a job, through the server (`POST /jobs/JOB/ROUTE` with `body`) or, on this
+    host, `local(client, job_run)` from the service layer; the change's dict either way."""
+    from yoloq.service import jobs
+
+    with backend() as where:
+        if where.remote is not None:
+            return where.remote.post(f"/jobs/{job}/{route}", body)
+        return local(where.client, jobs.find(where.client, job)).to_dict()
+
+
 def add_watch_arguments(parser: Any) -> None:
     parser.add_argument("--watch", action="store_true", help="redraw live until Ctrl-C")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")

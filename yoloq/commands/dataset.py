@@ -1,4 +1,4 @@
-"""`yoloq dataset synth DIR ...`: write a small synthetic detection dataset."""
+"""`yoloq dataset synth DIR ...`: write a small synthetic dataset for any task yoloq trains."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from yoloq.commands._client import print_json
 from yoloq.base.errors import UserError
+from yoloq.domain.tasks import TRAINED_TASKS
 
 MAX_SYNTH_IMAGES = 100_000
 MAX_SYNTH_IMGSZ = 4096
@@ -21,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     synth.add_argument("--imgsz", type=int, default=64, help="image side in pixels (default 64)")
     synth.add_argument("--nc", type=int, default=3, help="number of classes, 1-8 (default 3)")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    synth.add_argument("--task", choices=TRAINED_TASKS, default="detect",
+                       help="label format: detect boxes, segment polygons, pose keypoints (the 4 corners "
+                            "of each box), obb rotated boxes (default detect)")
     synth.add_argument("--relative", action="store_true",
                        help="write `path: .` instead of the absolute folder into data.yaml")
     synth.add_argument("--json", action="store_true", help="print one JSON object")
@@ -38,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     _check_synth_args(args)
     try:
         data_yaml = synth_dataset(args.dir, train=args.train, val=args.val, imgsz=args.imgsz,
-                                  nc=args.nc, seed=args.seed, relative_path=args.relative)
+                                  nc=args.nc, seed=args.seed, relative_path=args.relative, task=args.task)
     except ValueError as exc:
         raise UserError("dataset synth", str(exc), "see `yoloq dataset synth --help`") from None
     except OSError as exc:
@@ -46,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
                         "give a folder you can write to") from None
     if args.json:
         print_json({"data": str(data_yaml), "train": args.train, "val": args.val, "imgsz": args.imgsz,
-                    "nc": args.nc, "seed": args.seed})
+                    "nc": args.nc, "seed": args.seed, "task": args.task})
         return 0
-    print(f"wrote {args.train} train + {args.val} val images ({args.imgsz}px, {args.nc} classes): {data_yaml}")
+    print(f"wrote {args.train} train + {args.val} val images ({args.imgsz}px, {args.nc} classes, "
+          f"{args.task} labels): {data_yaml}")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import backend, print_json
+from yoloq.commands._client import change_job, print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,11 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from yoloq.service import jobs
 
-    with backend() as where:
-        if where.remote is not None:
-            result = where.remote.post(f"/jobs/{args.job}/epochs", {"epochs": args.epochs, "reason": args.reason})
-        else:
-            result = jobs.extend(where.client, jobs.find(where.client, args.job), args.epochs, args.reason).to_dict()
+    result = change_job(args.job, "epochs", {"epochs": args.epochs, "reason": args.reason},
+                        lambda client, run: jobs.extend(client, run, args.epochs, args.reason))
     if args.json:
         print_json(result)
         return 0

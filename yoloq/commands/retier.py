@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from yoloq.commands._client import backend, print_json
+from yoloq.commands._client import change_job, print_json
 from yoloq.domain.tiers import TIER_NAMES
 
 
@@ -18,11 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from yoloq.service import jobs
 
-    with backend() as where:
-        if where.remote is not None:
-            result = where.remote.post(f"/jobs/{args.job}/tier", {"tier": args.tier, "reason": args.reason})
-        else:
-            result = jobs.retier(where.client, jobs.find(where.client, args.job), args.tier, args.reason).to_dict()
+    result = change_job(args.job, "tier", {"tier": args.tier, "reason": args.reason},
+                        lambda client, run: jobs.retier(client, run, args.tier, args.reason))
     if args.json:
         print_json(result)
         return 0

@@ -1,8 +1,16 @@
-"""A small, real, learnable detection dataset: coloured shapes on noisy backgrounds.
+"""A small, real, learnable dataset: coloured shapes on noisy backgrounds, for every task
+yoloq trains.
 
 Each class is a shape (rectangle, ellipse, triangle, ...) drawn in its own hue,
-so a few epochs of a nano model learn it. PIL and numpy only (no torch), and
-deterministic: image `i` of a split depends only on (seed, split, i).
+so a few epochs of a nano model learn it. The task decides the label rows:
+
+- detect: the shape's box (`cls cx cy w h`);
+- segment: the shape's outline as a polygon (`cls x1 y1 ... xn yn`);
+- pose: the box and its four corners as keypoints (`kpt_shape: [4, 3]`, all visible);
+- obb: the shape drawn rotated, and the four corners of its rotated box.
+
+PIL and numpy only (no torch), and deterministic: image `i` of a split depends only
+on (seed, split, i). Detect, segment and pose draw the same images for one seed.
 """
 
 from __future__ import annotations
@@ -14,11 +22,17 @@ import numpy as np
 import yaml
 from PIL import Image, ImageDraw
 
+from yoloq.domain.tasks import TRAINED_TASKS
+
 SHAPES = ("rectangle", "ellipse", "triangle", "diamond", "cross", "hexagon", "star", "ring")
 # One clearly different hue per class (RGB), jittered per object.
 _COLOURS = ((220, 40, 40), (40, 170, 60), (50, 80, 230), (230, 200, 30),
             (200, 50, 200), (30, 200, 210), (240, 130, 20), (240, 240, 240))
 _SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+# Pose: the box's corners, clockwise from top-left; a horizontal flip swaps left and right.
+POSE_KPT_SHAPE = (4, 3)
+POSE_FLIP_IDX = (1, 0, 3, 2)
+_ELLIPSE_POINTS = 16
 
 
 @dataclass(frozen=True)
@@ -34,9 +48,56 @@ class Box:
         w, h = (self.x1 - self.x0) / size, (self.y1 - self.y0) / size
         return f"{self.cls} {cx:.6f} {cy:.6f} {w:.6f} {h:.6f}"
 
+    def corners(self) -> list[tuple[float, float]]:
+        """Clockwise from top-left, in pixels."""
+        return [(self.x0, self.y0), (self.x1, self.y0), (self.x1, self.y1), (self.x0, self.y1)]
+
+    def label_line(self, size: int, task: str) -> str:
+        if task == "segment":
+            return f"{self.cls} {_points(shape_polygon(self), size)}"
+        if task == "pose":
+            keypoints = " ".join(f"{x / size:.6f} {y / size:.6f} 2" for x, y in self.corners())
+            return f"{self.yolo_line(size)} {keypoints}"
+        return self.yolo_line(size)
+
+
+@dataclass(frozen=True)
+class RotatedBox:
+    """An oriented box: centre, side lengths and angle (radians), in pixels."""
+
+    cls: int
+    cx: float
+    cy: float
+    w: float
+    h: float
+    angle: float
+
+    def corners(self) -> list[tuple[float, float]]:
+        return self.transform([(0.0, 0.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0)])
+
+    def transform(self, unit: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        """Points of the unit square [0, 1]^2 placed on this box."""
+        cos, sin = np.cos(self.angle), np.sin(self.angle)
+        placed = []
+        for u, v in unit:
+            dx, dy = (u - 0.5) * self.w, (v - 0.5) * self.h
+            placed.append((self.cx + dx * cos - dy * sin, self.cy + dx * sin + dy * cos))
+        return placed
+
+    def bounds(self) -> Box:
+        xs, ys = zip(*self.corners())
+        return Box(self.cls, min(xs), min(ys), max(xs), max(ys))
+
+    def label_line(self, size: int, task: str = "obb") -> str:
+        return f"{self.cls} {_points(self.corners(), size)}"
+
+
+def _points(points: list[tuple[float, float]], size: int) -> str:
+    return " ".join(f"{min(max(x / size, 0.0), 1.0):.6f} {min(max(y / size, 0.0), 1.0):.6f}" for x, y in points)
+
 
 def synth_dataset(directory: str | Path, train: int = 16, val: int = 8, imgsz: int = 64,
-                  nc: int = 3, seed: int = 0, relative_path: bool = False) -> Path:
+                  nc: int = 3, seed: int = 0, relative_path: bool = False, task: str = "detect") -> Path:
     """Write `images/{train,val}`, `labels/{train,val}` and `data.yaml`; return the YAML path.
 
     `relative_path=True` writes `path: .` (resolved from the YAML's folder by yoloq);
@@ -46,34 +107,41 @@ def synth_dataset(directory: str | Path, train: int = 16, val: int = 8, imgsz: i
         raise ValueError(f"nc must be between 1 and {len(SHAPES)}")
     if imgsz < 16 or train < 1 or val < 1:
         raise ValueError("need imgsz >= 16 and at least one train and one val image")
+    if task not in TRAINED_TASKS:
+        raise ValueError(f"task must be one of {', '.join(TRAINED_TASKS)}, not {task!r}")
     root = Path(directory).expanduser().resolve()
     for split, count in (("train", train), ("val", val)):
-        _write_split(root, split, count, imgsz, nc, seed)
+        _write_split(root, split, count, imgsz, nc, seed, task)
     data = {"path": "." if relative_path else str(root), "train": "images/train",
             "val": "images/val", "nc": nc, "names": list(SHAPES[:nc])}
+    if task == "pose":
+        data.update(kpt_shape=list(POSE_KPT_SHAPE), flip_idx=list(POSE_FLIP_IDX))
     data_yaml = root / "data.yaml"
     data_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
     return data_yaml
 
 
-def _write_split(root: Path, split: str, count: int, imgsz: int, nc: int, seed: int) -> None:
+def _write_split(root: Path, split: str, count: int, imgsz: int, nc: int, seed: int, task: str) -> None:
     images, labels = root / "images" / split, root / "labels" / split
     images.mkdir(parents=True, exist_ok=True)
     labels.mkdir(parents=True, exist_ok=True)
     for index in range(count):
         rng = np.random.default_rng([seed, _SPLIT_IDS[split], index])
-        image, boxes = render_image(rng, imgsz, nc)
+        image, objects = render_rotated(rng, imgsz, nc) if task == "obb" else render_image(rng, imgsz, nc)
         stem = f"{split}_{index:05d}"
         image.save(images / f"{stem}.png", optimize=False)
-        (labels / f"{stem}.txt").write_text("".join(b.yolo_line(imgsz) + "\n" for b in boxes))
+        (labels / f"{stem}.txt").write_text("".join(o.label_line(imgsz, task) + "\n" for o in objects))
+
+
+def _background(rng: np.random.Generator, size: int) -> Image.Image:
+    base = rng.integers(60, 140, size=3)
+    noise = rng.normal(0, 18, size=(size, size, 3))
+    return Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8), "RGB")
 
 
 def render_image(rng: np.random.Generator, size: int, nc: int) -> tuple[Image.Image, list[Box]]:
     """One noisy background with 1-3 non-overlapping shapes."""
-    base = rng.integers(60, 140, size=3)
-    noise = rng.normal(0, 18, size=(size, size, 3))
-    pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
-    image = Image.fromarray(pixels, "RGB")
+    image = _background(rng, size)
     draw = ImageDraw.Draw(image)
     boxes: list[Box] = []
     for _ in range(int(rng.integers(1, 4))):
@@ -82,6 +150,56 @@ def render_image(rng: np.random.Generator, size: int, nc: int) -> tuple[Image.Im
             _draw_shape(draw, box, _colour(rng, box.cls))
             boxes.append(box)
     return image, boxes
+
+
+def render_rotated(rng: np.random.Generator, size: int, nc: int) -> tuple[Image.Image, list[RotatedBox]]:
+    """One noisy background with 1-3 shapes, each rotated, none overlapping another's bounds."""
+    image = _background(rng, size)
+    draw = ImageDraw.Draw(image)
+    placed: list[RotatedBox] = []
+    for _ in range(int(rng.integers(1, 4))):
+        box = _place_rotated(rng, size, int(rng.integers(0, nc)), placed)
+        if box is not None:
+            draw.polygon(box.transform(_unit_outline(SHAPES[box.cls])), fill=_colour(rng, box.cls))
+            placed.append(box)
+    return image, placed
+
+
+def _place_rotated(rng: np.random.Generator, size: int, cls: int,
+                   taken: list[RotatedBox]) -> RotatedBox | None:
+    for _ in range(20):
+        w, h = rng.uniform(0.3, 0.5, size=2) * size
+        w, h = max(w, h), min(w, h) * 0.6  # elongated, so that the angle is learnable
+        box = RotatedBox(cls, float(rng.uniform(0, size)), float(rng.uniform(0, size)), float(w), float(h),
+                         float(rng.uniform(0, np.pi)))
+        bounds = box.bounds()
+        inside = bounds.x0 >= 0 and bounds.y0 >= 0 and bounds.x1 <= size - 1 and bounds.y1 <= size - 1
+        if inside and not any(_overlaps(bounds, other.bounds()) for other in taken):
+            return box
+    return None
+
+
+def _unit_outline(shape: str) -> list[tuple[float, float]]:
+    """The shape's outline in the unit square, touching all four sides (a ring is its outer edge)."""
+    if shape in ("ellipse", "ring"):
+        turns = np.linspace(0, 2 * np.pi, _ELLIPSE_POINTS, endpoint=False)
+        return [(0.5 + 0.5 * float(np.cos(t)), 0.5 + 0.5 * float(np.sin(t))) for t in turns]
+    outlines = {
+        "rectangle": [(0, 0), (1, 0), (1, 1), (0, 1)],
+        "triangle": [(0.5, 0), (1, 1), (0, 1)],
+        "diamond": [(0.5, 0), (1, 0.5), (0.5, 1), (0, 0.5)],
+        "cross": [(1 / 3, 0), (2 / 3, 0), (2 / 3, 1 / 3), (1, 1 / 3), (1, 2 / 3), (2 / 3, 2 / 3), (2 / 3, 1),
+                  (1 / 3, 1), (1 / 3, 2 / 3), (0, 2 / 3), (0, 1 / 3), (1 / 3, 1 / 3)],
+        "hexagon": [(0.25, 0), (0.75, 0), (1, 0.5), (0.75, 1), (0.25, 1), (0, 0.5)],
+        "star": [(0.5, 0), (1, 1), (0, 0.5), (1, 0.5), (0, 1)],
+    }
+    return [(float(u), float(v)) for u, v in outlines[shape]]
+
+
+def shape_polygon(box: Box) -> list[tuple[float, float]]:
+    """The outline of the shape `_draw_shape` draws in `box`, in pixels (a segmentation label)."""
+    x0, y0, x1, y1 = box.x0, box.y0, box.x1 - 1, box.y1 - 1
+    return [(x0 + u * (x1 - x0), y0 + v * (y1 - y0)) for u, v in _unit_outline(SHAPES[box.cls])]
 
 
 def _place(rng: np.random.Generator, size: int, cls: int, taken: list[Box]) -> Box | None:

@@ -72,15 +72,18 @@ def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) ->
     if fmt == "onnx":  # simplifying needs onnxslim; without it ultralytics would try to install it
         options["simplify"] = importlib.util.find_spec("onnxslim") is not None
     with _quiet_export_warnings():
-        path = Path(load_yolo(weights).export(format=fmt, imgsz=imgsz, device=device, **options))
-        metrics, verified_by = _verify(path, fmt, data, imgsz, device)
+        model = load_yolo(weights)
+        path = Path(model.export(format=fmt, imgsz=imgsz, device=device, **options))
+        metrics, verified_by = _verify(path, fmt, data, imgsz, device, model.task)
         difference = _output_difference(weights, path, imgsz, device)
     return ExportedModel(format=fmt, path=path, size=path.stat().st_size, verification=metrics,
                          verified_by=verified_by, max_output_diff=difference)
 
 
-def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[dict[str, float], str]:
-    """Load the exported file with ultralytics and validate it on the val split.
+def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str,
+            task: str) -> tuple[dict[str, float], str]:
+    """Load the exported file with ultralytics and validate it on the val split, as `task`
+    (an exported file does not say its task; ultralytics would guess from the file name).
 
     ONNX runs through onnxruntime when installed, else through OpenCV's DNN
     module (a dependency of ultralytics), after `onnx.checker` accepts the graph.
@@ -95,7 +98,7 @@ def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str) -> tuple[
         else:
             how = "onnx.checker + ultralytics val (onnx via onnxruntime)"
     with validation_folder(path, "yoloq-verify-") as project:
-        results = load_yolo(path, task="detect").val(
+        results = load_yolo(path, task=task).val(
             data=str(data), imgsz=imgsz, batch=1, device=device, workers=0,
             project=project, name=fmt, plots=False, verbose=False, **options)
     metrics = metrics_of(results)
@@ -116,10 +119,21 @@ def _output_difference(weights: Path, exported: Path, imgsz: int, device: str) -
     outputs = []
     for path, options in ((weights, {}), (exported, {"dnn": dnn})):
         backend = AutoBackend(str(path), device=torch_device, fp16=False, verbose=False, **options)
-        output = backend(image)
-        output = output[0] if isinstance(output, (list, tuple)) else output
-        outputs.append(torch.as_tensor(output).float().cpu())
+        outputs.append(_predictions(backend(image)).float().cpu())
     return output_difference(exported, *outputs)
+
+
+def _predictions(output: Any) -> Any:
+    """The first tensor of a model's output: detection's predictions, or the predictions that a
+    segmentation, pose or OBB model returns beside its extra outputs (mask prototypes, raw maps;
+    PyTorch and an exported file nest those differently)."""
+    import torch
+
+    while isinstance(output, (list, tuple)):
+        if not output:
+            raise ExportVerificationError("the model returned an empty output")
+        output = output[0]
+    return torch.as_tensor(output)
 
 
 def _check_onnx_graph(path: Path) -> None:
