@@ -103,23 +103,24 @@ def test_waiting_jobs_add_no_process_and_bounded_memory(yoloq_stack, tiny_datase
     from yoloq.ops import stack as stack_mod
 
     runner = psutil.Process(stack_mod._read_pid(yoloq_stack, "runner"))
-    with paused_worker(yoloq_stack):
+    with paused_worker(yoloq_stack):  # the jobs are cancelled before the worker can start them
         first = [submit(tiny_dataset, "wait0")]
-        wait_for(lambda: waiting(first), "one job waiting")
-        wait_for(lambda: launcher_settled(yoloq_stack), "the warm launcher's imports", 300)
-        time.sleep(3)
-        with_one, threads_with_one = stack_processes(yoloq_stack), runner.num_threads()
-        more = [submit(tiny_dataset, f"wait{i}") for i in range(1, 10)]
-        wait_for(lambda: waiting(first + more), "ten jobs waiting", 240)
-        time.sleep(3)
-        with_ten, threads_with_ten = stack_processes(yoloq_stack), runner.num_threads()
-    try:
-        assert set(with_ten) == set(with_one), "a waiting job must not start a process"
-        grown = sum(with_ten.values()) - sum(with_one.values())
-        assert grown < 150, f"nine more waiting jobs added {grown:.0f} MB ({with_one} -> {with_ten})"
-        assert threads_with_ten - threads_with_one <= 9 + 2, (threads_with_one, threads_with_ten)
-    finally:
-        cancel(first + more)
+        more: list[str] = []
+        try:
+            wait_for(lambda: waiting(first), "one job waiting")
+            wait_for(lambda: launcher_settled(yoloq_stack), "the warm launcher's imports", 300)
+            time.sleep(3)
+            with_one, threads_with_one = stack_processes(yoloq_stack), runner.num_threads()
+            more = [submit(tiny_dataset, f"wait{i}") for i in range(1, 10)]
+            wait_for(lambda: waiting(first + more), "ten jobs waiting", 240)
+            time.sleep(3)
+            with_ten, threads_with_ten = stack_processes(yoloq_stack), runner.num_threads()
+            assert set(with_ten) == set(with_one), "a waiting job must not start a process"
+            grown = sum(with_ten.values()) - sum(with_one.values())
+            assert grown < 150, f"nine more waiting jobs added {grown:.0f} MB ({with_one} -> {with_ten})"
+            assert threads_with_ten - threads_with_one <= 9 + 2, (threads_with_one, threads_with_ten)
+        finally:
+            cancel(first + more)
 
 
 def cancel(job_ids: list[str]) -> None:
