@@ -64,6 +64,19 @@ def submit(spec) -> str:
     return json.loads(out.stdout)["job_id"]
 
 
+def submit_while_frozen(victim: str, urgent_spec) -> str:
+    """Submit `urgent_spec` with the `victim` segment held inside its epoch until the scheduler has
+    asked it to stop (so the scenario does not depend on how fast this machine trains); the
+    victim is thawed then. The urgent job's id."""
+    pid = freeze(victim)
+    urgent = submit(urgent_spec)
+    try:
+        wait_label(victim, "yoloq.preempt", "requested")
+    finally:
+        thaw(pid)
+    return urgent
+
+
 def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
         yoloq_stack, slower_dataset, tiny_dataset, tmp_path):
     low_spec = write_spec(tmp_path / "low.yaml", slower_dataset, name="low-long", priority="low",
@@ -72,14 +85,7 @@ def test_urgent_preempts_low_at_epoch_boundary_and_low_resumes_exactly(
                              team="oncall", priority="urgent", epochs=1, segment_epochs=1)
     low = submit(low_spec)
     victim = wait_running(low)
-    # Hold the low job inside its epoch until the worker has asked it to stop, so the
-    # scenario does not depend on how fast this machine trains.
-    pid = freeze(victim)
-    urgent = submit(urgent_spec)
-    try:
-        wait_label(victim, "yoloq.preempt", "requested")
-    finally:
-        thaw(pid)
+    urgent = submit_while_frozen(victim, urgent_spec)
 
     urgent_status = wait_final(urgent)
     low_status = wait_final(low)

@@ -10,8 +10,8 @@ import json
 from dataclasses import replace
 
 import pytest
-from stack_helpers import freeze, json_lines, thaw, wait_final, write_spec, yoloq
-from test_preemption_stack import submit, wait_label, wait_running
+from stack_helpers import json_lines, wait_final, write_spec, yoloq
+from test_preemption_stack import submit, submit_while_frozen, wait_running
 
 EPOCHS = 3
 # yolov8n at imgsz 32: 0.95 GB fixed + 0.000248 GB per image (the analysis' estimate). The
@@ -79,12 +79,7 @@ def test_urgent_shares_the_low_jobs_slot_and_the_low_job_trains_on_with_a_smalle
                              batch=4, imgsz=32)
     low = submit(low_spec)
     victim = wait_running(low)
-    pid = freeze(victim)  # the low job stays inside its first epoch until it is throttled
-    urgent = submit(urgent_spec)
-    try:
-        wait_label(victim, "yoloq.preempt", "requested")
-    finally:
-        thaw(pid)
+    urgent = submit_while_frozen(victim, urgent_spec)  # the low job stays in its first epoch till throttled
     assert wait_final(urgent)["state"] == "Completed"
     low_status = wait_final(low)
     assert low_status["state"] == "Completed" and low_status["epochs_done"] == EPOCHS

@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from stack_helpers import freeze, thaw, wait_final, write_spec, yoloq
-from test_preemption_stack import SEGMENT_CLI, submit, wait_label, wait_running
+from stack_helpers import wait_final, write_spec, yoloq
+from test_preemption_stack import SEGMENT_CLI, submit, submit_while_frozen, wait_running
 
 pytestmark = [pytest.mark.service, pytest.mark.training]
 
@@ -72,12 +72,7 @@ def test_a_pose_job_is_preempted_resumes_and_ends_bit_identical(yoloq_stack, dat
                              priority="urgent", epochs=1, segment_epochs=1, export=[])
     pose = submit(spec)
     victim = wait_running(pose)
-    pid = freeze(victim)  # held inside its first epoch until it is asked to stop
-    urgent = submit(urgent_spec)
-    try:
-        wait_label(victim, "yoloq.preempt", "requested")
-    finally:
-        thaw(pid)
+    urgent = submit_while_frozen(victim, urgent_spec)
     assert wait_final(urgent)["state"] == "Completed"
     status = wait_final(pose)
     assert status["state"] == "Completed" and status["preemptions"] >= 1, status

@@ -15,8 +15,10 @@ on (seed, split, i). Detect, segment and pose draw the same images for one seed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -141,28 +143,29 @@ def _background(rng: np.random.Generator, size: int) -> Image.Image:
 
 def render_image(rng: np.random.Generator, size: int, nc: int) -> tuple[Image.Image, list[Box]]:
     """One noisy background with 1-3 non-overlapping shapes."""
-    image = _background(rng, size)
-    draw = ImageDraw.Draw(image)
-    boxes: list[Box] = []
-    for _ in range(int(rng.integers(1, 4))):
-        box = _place(rng, size, int(rng.integers(0, nc)), boxes)
-        if box is not None:
-            _draw_shape(draw, box, _colour(rng, box.cls))
-            boxes.append(box)
-    return image, boxes
+    return _render(rng, size, nc, _place, _draw_shape)
 
 
 def render_rotated(rng: np.random.Generator, size: int, nc: int) -> tuple[Image.Image, list[RotatedBox]]:
     """One noisy background with 1-3 shapes, each rotated, none overlapping another's bounds."""
+    return _render(rng, size, nc, _place_rotated, _draw_rotated)
+
+
+def _render(rng: np.random.Generator, size: int, nc: int, place: Callable[..., Any],
+            draw_one: Callable[..., None]) -> tuple[Image.Image, list[Any]]:
     image = _background(rng, size)
     draw = ImageDraw.Draw(image)
-    placed: list[RotatedBox] = []
+    objects: list[Any] = []
     for _ in range(int(rng.integers(1, 4))):
-        box = _place_rotated(rng, size, int(rng.integers(0, nc)), placed)
-        if box is not None:
-            draw.polygon(box.transform(_unit_outline(SHAPES[box.cls])), fill=_colour(rng, box.cls))
-            placed.append(box)
-    return image, placed
+        placed = place(rng, size, int(rng.integers(0, nc)), objects)
+        if placed is not None:
+            draw_one(draw, placed, _colour(rng, placed.cls))
+            objects.append(placed)
+    return image, objects
+
+
+def _draw_rotated(draw: ImageDraw.ImageDraw, box: RotatedBox, colour: tuple[int, int, int]) -> None:
+    draw.polygon(box.transform(_unit_outline(SHAPES[box.cls])), fill=colour)
 
 
 def _place_rotated(rng: np.random.Generator, size: int, cls: int,
