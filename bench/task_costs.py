@@ -1,12 +1,13 @@
-"""What a segmentation, pose or OBB epoch costs beside a detection epoch: the measured factors
+"""What an epoch of each task costs beside a detection epoch: the measured factors
 behind `yoloq/domain/tasks.py`'s `mem_factor` and `time_factor`.
 
     python bench/task_costs.py [--imgsz 128] [--batch 8] [--images 32] [--epochs 3] [--rounds 2]
 
-Each task trains its nano model (`yolov8n.yaml`, `-seg`, `-pose`, `-obb`) with ultralytics on the
-same synthetic shapes (`yoloq dataset synth --task`), CPU, `workers=0`, no validation; the tasks
+Each task trains its nano model (`yolov8n.yaml`, `-seg`, `-pose`, `-obb`, `-cls`; `yolo26n-sem` and
+`yolo26n-depth`, which exist only in the yolo26 family, beside `yolo26n.yaml`, row `detect26`) with
+ultralytics on the same synthetic shapes (`yoloq dataset synth --task`), CPU, `workers=0`, no validation; the tasks
 take turns, `--rounds` times, so that a load on the machine falls on all of them alike. Two
-figures per task, each relative to detection:
+figures per task, each relative to the detection model of its family:
 
 - time: seconds per training image, the median over epochs 2.. of every round (epoch 1 builds
   caches and warms up);
@@ -29,8 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-MODELS = {"detect": "yolov8n.yaml", "segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml",
-          "obb": "yolov8n-obb.yaml"}
+# task -> (its nano model, the detection model of the same family it is compared with)
+MODELS = {"detect": ("yolov8n.yaml", "detect"), "segment": ("yolov8n-seg.yaml", "detect"),
+          "pose": ("yolov8n-pose.yaml", "detect"), "obb": ("yolov8n-obb.yaml", "detect"),
+          "classify": ("yolov8n-cls.yaml", "detect"), "detect26": ("yolo26n.yaml", "detect26"),
+          "semantic": ("yolo26n-sem.yaml", "detect26"), "depth": ("yolo26n-depth.yaml", "detect26")}
 
 
 def measure(task: str, data: Path, args: argparse.Namespace, project: Path) -> tuple[list[float], float]:
@@ -41,7 +45,7 @@ def measure(task: str, data: Path, args: argparse.Namespace, project: Path) -> t
     from yoloq.engine.evaluate import quiet_ultralytics
 
     quiet_ultralytics()
-    model = YOLO(MODELS[task])
+    model = YOLO(MODELS[task][0])
     marks: dict[str, float] = {}
     per_image: list[float] = []
     saved = {"bytes": 0, "images": 0, "counting": False}
@@ -90,22 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     memory: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="yoloq-task-costs-") as tmp:
         root = Path(tmp)
-        data = {task: synth_dataset(root / task, train=args.images, val=2, imgsz=args.imgsz, seed=0, task=task)
+        data = {task: synth_dataset(root / task, train=args.images, val=3, imgsz=args.imgsz, seed=0,
+                                    task="detect" if task == "detect26" else task)
                 for task in MODELS}
         for _ in range(args.rounds):
             for task in MODELS:
                 per_image, saved = measure(task, data[task], args, root / "runs")
                 times[task] += per_image
                 memory[task] = saved
-    base_time, base_memory = statistics.median(times["detect"]), memory["detect"]
     print(f"imgsz {args.imgsz}, batch {args.batch}, {args.images} images, {args.epochs} epochs x "
           f"{args.rounds} rounds, CPU")
     print(f"{'task':<8} {'ms/img':>7} {'time x':>7} {'table':>6} {'MB/img':>7} {'mem x':>6} {'table':>6}")
-    for task in MODELS:
+    for task, (_, base) in MODELS.items():
         ms = statistics.median(times[task]) * 1000
-        row = TASKS[task]
-        print(f"{task:<8} {ms:7.1f} {ms / base_time / 1000:7.2f} {row.time_factor:6.2f} "
-              f"{memory[task] / 1e6:7.1f} {memory[task] / base_memory:6.2f} {row.mem_factor:6.2f}")
+        base_ms = statistics.median(times[base]) * 1000
+        row = TASKS.get(task, TASKS["detect"])
+        print(f"{task:<8} {ms:7.1f} {ms / base_ms:7.2f} {row.time_factor:6.2f} "
+              f"{memory[task] / 1e6:7.1f} {memory[task] / memory[base]:6.2f} {row.mem_factor:6.2f}")
     return 0
 
 

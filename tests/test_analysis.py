@@ -150,7 +150,6 @@ def test_every_trained_task_resolves_with_its_task(name, task):
 
 
 @pytest.mark.parametrize("name, expected", [
-    pytest.param("yolo11n-cls.yaml", "is a classif", id="classify"),
     pytest.param("yolov8s-world.yaml", "open-vocabulary", id="world"),
 ])
 def test_unsupported_model_yamls(name, expected):

@@ -182,7 +182,6 @@ def test_rejects_stop_outside_the_schedule(spec, tmp_path, stop_after):
 
 @pytest.mark.parametrize("change, field", [
     pytest.param({"device": "0,1"}, "device", id="several-gpus"),
-    pytest.param({"spec_model": "yolov8n-cls.yaml"}, "model", id="classification-model"),
 ])
 def test_rejects_what_cannot_resume_exactly(spec, tmp_path, change, field):
     job = spec.model_copy(update={"model": change.get("spec_model", spec.model)})

@@ -1,7 +1,7 @@
 """Exact resume for every task yoloq trains besides detection (tests/test_exact_resume.py):
-a segmentation, pose and oriented-box job trained as 1 x 2 epochs and as 2 x 1 epochs (each
+a segmentation, pose, oriented-box and classification job trained as 1 x 2 epochs and as 2 x 1 epochs (each
 segment a fresh process resuming from a moved checkpoint) ends bit-identical, every tensor of
-the model and its EMA, and reports the task's own metrics (mask, pose, OBB) once per epoch."""
+the model and its EMA, and reports the task's own metrics (mask, pose, OBB, top-5) once per epoch."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ TASKS = {  # task -> (model, a metric only that task reports)
     "segment": ("yolov8n-seg.yaml", "metrics/mAP50-95(M)"),
     "pose": ("yolov8n-pose.yaml", "metrics/mAP50-95(P)"),
     "obb": ("yolov8n-obb.yaml", "metrics/mAP50-95(B)"),
+    "classify": ("yolov8n-cls.yaml", "metrics/accuracy_top5"),
+    "semantic": ("yolo26n-sem.yaml", "metrics/mIoU"),
+    "depth": ("yolo26n-depth.yaml", "metrics/delta1"),
 }
 
 
@@ -51,3 +54,22 @@ def test_two_segments_match_one_go_bit_for_bit(task, tmp_path):
     assert [e["epoch"] for e in epochs] == [1, 2]
     assert epochs == whole["epochs"], "the same metrics, epoch by epoch"
     assert all(metric in e["metrics"] for e in epochs), f"{task} reports {metric}"
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_an_export_of_each_task_loads_back_as_that_task(task, tmp_path):
+    """TorchScript and ONNX: each file validated as its model's task (the task's own metric comes
+    back); `export` itself raises when the raw output on one input strays from PyTorch's."""
+    from yoloq.engine.export import export
+
+    model, metric = TASKS[task]
+    data = synth_dataset(tmp_path / "data", train=8, val=4, imgsz=64, nc=3, seed=0, task=task)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": f"export-{task}", "team": "engine", "model": model, "data": str(data), "epochs": 1,
+        "imgsz": 64, "batch": 4, "train_args": {"seed": 3, "plots": False, "workers": 0}}))
+    best = Path(run_cli(spec, tmp_path / "run", 1)["result"]["best"])
+    exported = export(best, ["torchscript", "onnx"], tmp_path / "export", data, imgsz=64)
+    assert [e.format for e in exported] == ["torchscript", "onnx"]
+    for item in exported:
+        assert item.path.is_file() and metric in item.verification, (item.format, item.verification)

@@ -93,7 +93,6 @@ REFUSED_YAMLS = [
     pytest.param("yolov8s-worldv2.yaml", "yolo-world", "CLIP", id="worldv2"),
     pytest.param("yoloe-11s-seg.yaml", "yoloe", "MobileCLIP", id="yoloe"),
     pytest.param("yolo_nas_s.yaml", "yolo-nas", "super-gradients", id="nas-name"),
-    pytest.param("yolov8n-cls.yaml", "classification", "not trained by yoloq yet", id="classify"),
     pytest.param(_v5("segment/yolov5s-seg.yaml"), "segmentation", "trains detection only", id="v5-seg"),
 ]
 
@@ -275,7 +274,6 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     pytest.param("rtdetr-l.yaml", "rtdetr model, not trained here", id="rtdetr-yaml"),
     pytest.param("yolov8s-world.yaml", "yolo-world model, not trained here", id="world-yaml"),
     pytest.param("yoloe-11s-seg.yaml", "yoloe model, not trained here", id="yoloe-yaml"),
-    pytest.param("yolov8n-cls.yaml", "classification model, not trained by yoloq yet", id="cls-yaml"),
 ])
 def test_refused_family_one_line_exit_2(model, expect, checkpoints, dataset, tmp_path, capsys):
     model = str(checkpoints.get(model, model))

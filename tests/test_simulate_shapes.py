@@ -100,3 +100,35 @@ def test_soft_preemption_throttles_instead_of_evicting():
     assert soft["low"].redone_gpu_s == 0 and soft["low"].throttled == 1
     assert soft["urgent"].first_start == pytest.approx(1200.0)  # the low job's next epoch end
     assert all(j.finish is not None for j in soft.values())
+
+
+def test_a_task_mix_keeps_arrivals_and_scales_each_job_by_its_task():
+    from work_pools.simulate.generate import generate, mix_tasks
+    from yoloq.domain.tasks import TASKS
+
+    plain = generate(400, "overloaded", seed=3)
+    mixed = mix_tasks(plain, {"detect": 2, "segment": 1, "classify": 1}, seed=3)
+    assert [j.submit_time for j in mixed] == [j.submit_time for j in plain]
+    assert [j.gpus for j in mixed] == [j.gpus for j in plain]
+    counts = {"detect": 0, "segment": 0, "classify": 0}
+    for before, after in zip(plain, mixed):
+        task = {"": "detect", "seg": "segment", "cls": "classify"}[after.model.partition("-")[2]]
+        counts[task] += 1
+        row = TASKS[task]
+        assert after.gpu_mem_gb == round(before.gpu_mem_gb * row.mem_factor, 1)
+        assert after.duration_s == round(before.duration_s * row.time_factor, 1)
+    assert 150 <= counts["detect"] <= 250 and 70 <= counts["segment"] <= 130 and 70 <= counts["classify"] <= 130
+    assert mix_tasks(plain, {"detect": 1}, seed=3) == plain, "detection only is the plain trace"
+
+
+@pytest.mark.parametrize("tasks, expect", [
+    pytest.param("panoptic=1", "--tasks: unknown task 'panoptic'", id="unknown"),
+    pytest.param("detect=0", "--tasks: cannot read 'detect=0'", id="zero"),
+    pytest.param("detect=lots", "--tasks: cannot read 'detect=lots'", id="not-a-number"),
+])
+def test_a_bad_task_mix_is_one_line(tmp_path, capsys, tasks, expect):
+    from yoloq.cli import main
+
+    assert main(["simulate", "--generate", str(tmp_path / "t.csv"), "--jobs", "5", "--tasks", tasks]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0] and not (tmp_path / "t.csv").exists()

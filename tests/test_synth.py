@@ -181,5 +181,33 @@ def test_cli_synth_task(tmp_path, capsys):
     assert cli.main(["dataset", "synth", str(target), "--task", "pose", "--train", "2", "--val", "1"]) == 0
     assert "pose labels" in capsys.readouterr().out
     assert yaml.safe_load((target / "data.yaml").read_text())["kpt_shape"] == [4, 3]
-    with pytest.raises(ValueError, match="task must be one of detect, segment, pose, obb"):
-        synth_dataset(tmp_path / "cls", task="classify")
+    with pytest.raises(ValueError, match="task must be one of detect, segment, pose, obb, classify, semantic, "
+                                         "depth, not 'panoptic'"):
+        synth_dataset(tmp_path / "other", task="panoptic")
+
+
+def test_classify_writes_one_shape_per_image_in_its_class_folder(tmp_path):
+    """train/<class>/ and val/<class>/ with every class in both; each image shows its folder's
+    shape in its class colour (the drawn colour covers the shape's box centre)."""
+    root = synth_dataset(tmp_path / "cls", train=9, val=3, imgsz=48, nc=3, seed=2, task="classify")
+    assert root.is_dir() and not (root / "data.yaml").exists()
+    for split, per_class in (("train", 3), ("val", 1)):
+        assert sorted(p.name for p in (root / split).iterdir()) == sorted(SHAPES[:3])
+        for index, name in enumerate(SHAPES[:3]):
+            files = sorted((root / split / name).glob("*.png"))
+            assert len(files) == per_class
+            for file in files:
+                pixels = np.asarray(Image.open(file).convert("RGB")).astype(int)
+                close = np.abs(pixels - np.array(_COLOURS[index])).max(axis=2) <= 25
+                assert close.sum() >= 0.05 * 48 * 48, f"{file} shows its class colour"
+    info = validate_dataset(root, task="classify")
+    assert info.names == tuple(sorted(SHAPES[:3])) and info.images("train") == 9 and info.images("val") == 3
+
+
+def test_cli_synth_classify(tmp_path, capsys):
+    target = tmp_path / "cls"
+    assert cli.main(["dataset", "synth", str(target), "--task", "classify", "--train", "4", "--val", "2",
+                     "--nc", "2"]) == 0
+    assert "in class folders" in capsys.readouterr().out
+    assert sorted(p.name for p in (target / "val").iterdir()) == sorted(SHAPES[:2])
+

@@ -1,5 +1,5 @@
-"""Every task yoloq trains, through the session stack: 2-epoch segmentation and oriented-box
-jobs complete with one epoch per segment (evaluate and export included), and a pose job is
+"""Every task yoloq trains, through the session stack: 2-epoch segmentation, oriented-box,
+classification, semantic segmentation and depth jobs complete with one epoch per segment (evaluate and export included), and a pose job is
 preempted by an urgent job at an epoch boundary, resumes, and ends bit-identical to the same job
 trained without interruption. MLflow gets each task's own metrics once per epoch."""
 
@@ -21,7 +21,7 @@ def datasets(session_dir):
     from yoloq.datasets.synth import synth_dataset
 
     return {task: synth_dataset(session_dir / f"shapes-{task}", train=16, val=8, imgsz=64, seed=0, task=task)
-            for task in ("segment", "pose", "obb")}
+            for task in ("segment", "pose", "obb", "classify", "semantic", "depth")}
 
 
 def _mlflow(job_id: str):
@@ -50,6 +50,9 @@ def _trainings(job_id: str) -> dict[int, int]:
 @pytest.mark.parametrize("task, model, metric", [
     ("segment", "yolov8n-seg.yaml", "metrics/mAP50-95M"),
     ("obb", "yolov8n-obb.yaml", "metrics/mAP50-95B"),
+    ("classify", "yolov8n-cls.yaml", "metrics/accuracy_top1"),
+    ("semantic", "yolo26n-sem.yaml", "metrics/mIoU"),
+    ("depth", "yolo26n-depth.yaml", "metrics/delta1"),
 ])
 def test_a_two_epoch_job_completes_one_epoch_per_segment(yoloq_stack, datasets, tmp_path, task, model, metric):
     spec = write_spec(tmp_path / "job.yaml", datasets[task], name=f"task-{task}", model=model, epochs=2,
@@ -62,6 +65,9 @@ def test_a_two_epoch_job_completes_one_epoch_per_segment(yoloq_stack, datasets, 
     assert _steps(job, metric) == [1, 2], f"{task}'s own metric, once per epoch"
     _, run = _mlflow(job)
     assert run.info.status == "FINISHED" and run.data.tags["yoloq.stage.exported"] == "2"
+    from yoloq.api.web_data import mlflow_run
+
+    assert [step for step, _ in mlflow_run(job)["curves"][metric]] == [1, 2], "the job page draws its metric"
 
 
 def test_a_pose_job_is_preempted_resumes_and_ends_bit_identical(yoloq_stack, datasets, tiny_dataset, tmp_path):

@@ -93,3 +93,24 @@ def _arrivals(rng: random.Random, jobs: int, rate: float) -> list[float]:
             state_end += rng.expovariate(1 / state[1])
         times.append(t)
     return times
+
+
+def mix_tasks(trace: list[TraceJob], shares: dict[str, float], seed: int = 0) -> list[TraceJob]:
+    """The same jobs, each given a task drawn by `shares` (task -> weight): its model named with
+    the task's suffix (yolov8n-seg), its memory and duration scaled by the task table's factors
+    (`yoloq.domain.tasks`), as admission would estimate them. The draws use their own stream, so
+    arrivals and shapes stay the detection trace's; the offered load moves with the factors."""
+    from dataclasses import replace
+
+    from yoloq.domain.tasks import TASKS
+
+    rng = random.Random(seed + 202)
+    table = tuple((task, weight / sum(shares.values())) for task, weight in shares.items())
+    mixed = []
+    for job in trace:
+        row = TASKS[_pick(rng, table)[0]]
+        suffix = row.example.rsplit(".", 1)[0].partition("-")[2]
+        mixed.append(replace(job, model=f"{job.model}-{suffix}" if suffix else job.model,
+                             gpu_mem_gb=round(job.gpu_mem_gb * row.mem_factor, 1),
+                             duration_s=round(job.duration_s * row.time_factor, 1)))
+    return mixed

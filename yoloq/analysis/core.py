@@ -11,9 +11,12 @@ from typing import Any
 from yoloq.domain import gpus
 from yoloq.analysis import classify, estimates, train_args
 from yoloq.analysis.dataset import DatasetInfo, validate_local_dataset
-from yoloq.domain.tasks import task as task_row
+from yoloq.domain.tasks import TASKS, task as task_row
 
-TASK_SUFFIXES = ("-seg", "-pose", "-obb")  # model names of the tasks other than detection
+# The model-name suffixes of the tasks other than detection (yolov8n-seg.yaml -> "-seg"): their
+# cost is in the task table's factors, not a variant's.
+TASK_SUFFIXES = tuple("-" + row.example.rsplit(".", 1)[0].split("-", 1)[1] for row in TASKS.values()
+                      if "-" in row.example)
 from yoloq.analysis.fingerprint import Fingerprint, fingerprint
 from yoloq.analysis.models import (
     ModelInfo,

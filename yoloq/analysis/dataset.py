@@ -1,4 +1,5 @@
-"""Dataset validation for a detection data YAML, without ultralytics.
+"""Dataset validation for a data YAML, without ultralytics (a classification folder is handed
+to `class_folders`; masks and depth maps are checked by `dense_labels`).
 
 Paths resolve like ultralytics' `check_det_dataset`: `train`/`val`/`test` are
 relative to `path`; a relative `path` is taken from the data YAML's folder (a
@@ -12,60 +13,24 @@ which ultralytics turns into boxes) in the `labels/` mirror of `images/`.
 
 from __future__ import annotations
 
-import errno
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from yoloq.analysis.labels import LabelFormat, sample, scan_labels
+from yoloq.analysis.class_folders import validate_class_folders
+from yoloq.analysis.dataset_files import (IMG_FORMATS, LABEL_SCAN_LIMIT, DatasetInfo, SplitInfo,  # noqa: F401
+                                          no_loop, resolved_path, walk_files)
+from yoloq.analysis.dense_labels import mask_lookup, mirror, scan_depth, scan_masks
+from yoloq.analysis.labels import LabelFormat, LabelScan, sample, scan_labels
 from yoloq.analysis.strict_yaml import DuplicateKey, load_yaml
 from yoloq.base.errors import DatasetError
-
-IMG_FORMATS = frozenset({"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif",
-                         "tiff", "webp"})  # ultralytics.data.utils.IMG_FORMATS
-LABEL_SCAN_LIMIT = 5000  # label files checked per split; above this an even sample is checked
-
-
-@dataclass(frozen=True)
-class SplitInfo:
-    name: str
-    sources: tuple[str, ...]
-    images: int
-    labelled: int  # label files found among those checked
-    checked: int  # label files checked (all, or a sample above LABEL_SCAN_LIMIT)
-    boxes: int
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    yaml_path: str
-    root: str
-    names: tuple[str, ...]
-    splits: dict[str, SplitInfo]
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def nc(self) -> int:
-        return len(self.names)
-
-    def images(self, split: str) -> int:
-        return self.splits[split].images if split in self.splits else 0
-
-    def resolved_data(self) -> dict[str, Any]:
-        """The data YAML as ultralytics should get it: absolute paths, names as a list."""
-        data: dict[str, Any] = {"path": self.root, "nc": self.nc, "names": list(self.names)}
-        for name, split in self.splits.items():
-            data[name] = list(split.sources) if len(split.sources) > 1 else split.sources[0]
-        return data
-
 
 def load_data_yaml(path: str | Path) -> dict[str, Any]:
     """Read the data YAML; every problem is a DatasetError naming `data`."""
     path = Path(path)
-    _no_loop("data", path)
+    no_loop("data", path)
     if not path.is_file():
         raise _data_yaml_missing(path)
     try:
@@ -94,27 +59,6 @@ def _data_yaml_missing(path: Path) -> DatasetError:
                             "download datasets, and yoloq downloads nothing (it runs offline)",
                             "download the dataset yourself and point `data` at its data YAML")
     return DatasetError("data", f"dataset YAML not found: {path}", "point `data` at an existing data YAML")
-
-
-def _no_loop(field_name: str, path: Path) -> None:
-    """A one-line error for a path that cannot even be looked at: a symlink loop (elsewhere a
-    RuntimeError or a hang), a name too long, no permission. A missing path passes (callers say so)."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise DatasetError(field_name, f"symlink loop at {path}", "fix or remove the link") from None
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-            raise DatasetError(field_name, f"cannot access {str(path)[:200]}: {exc.strerror}",
-                               "give a path this user can read") from None
-
-
-def _resolved(field_name: str, path: Path) -> Path:
-    _no_loop(field_name, path)
-    try:
-        return path.resolve()
-    except (RuntimeError, OSError):
-        raise DatasetError(field_name, f"symlink loop at {path}", "fix or remove the link") from None
 
 
 def check_names(data: dict[str, Any]) -> tuple[str, ...]:
@@ -170,7 +114,7 @@ def resolve_root(data: dict[str, Any], yaml_path: Path) -> Path:
     root = Path(raw).expanduser() if raw else yaml_path.parent
     if not root.is_absolute():
         root = yaml_path.parent / root
-    root = _resolved("data.path", root)
+    root = resolved_path("data.path", root)
     if not root.is_dir():
         raise DatasetError("data.path", f"folder not found: {root}",
                            "set `path` to the dataset folder (relative to the data YAML, or absolute)")
@@ -189,9 +133,9 @@ def resolve_split(data: dict[str, Any], key: str, root: Path) -> list[Path]:
                            f"add `{key}: images/{key}` (relative to `path`)")
     resolved = []
     for entry in entries:
-        target = _resolved(f"data.{key}", root / entry)
+        target = resolved_path(f"data.{key}", root / entry)
         if not target.exists() and entry.startswith("../"):
-            target = _resolved(f"data.{key}", root / entry[3:])  # ultralytics' fallback
+            target = resolved_path(f"data.{key}", root / entry[3:])  # ultralytics' fallback
         if not target.exists():
             raise DatasetError(f"data.{key}", f"not found: {target}",
                                f"create it, or fix `{key}` (it is relative to {root})")
@@ -213,42 +157,6 @@ def list_images(key: str, sources: list[Path]) -> list[str]:
         raise DatasetError(f"data.{key}", f"no images in {where}",
                            f"put image files ({', '.join(sorted(('jpg', 'png', 'bmp', 'webp')))}, ...) there")
     return images
-
-
-def walk_files(key: str, top: str) -> list[str]:
-    """Files named `*.*` under `top`, following symlinked folders like ultralytics' recursive glob
-    (hidden names skipped, as glob does); a link leading back to a folder above is an error."""
-    found: list[str] = []
-    pending: list[tuple[str, frozenset[str]]] = [(top, frozenset())]
-    while pending:
-        folder, above = pending.pop()
-        real = os.path.realpath(folder)
-        if real in above:
-            raise DatasetError(f"data.{key}", f"symlink loop: {folder} leads back to {real}",
-                               "remove the link or point it outside the dataset folder")
-        for entry in _scan(key, folder):
-            if entry.name.startswith("."):
-                continue
-            if _is_dir(key, entry):
-                pending.append((entry.path, above | {real}))
-            elif "." in entry.name and entry.is_file():
-                found.append(entry.path)
-    return found
-
-
-def _scan(key: str, folder: str) -> list[os.DirEntry]:
-    try:
-        with os.scandir(folder) as entries:
-            return sorted(entries, key=lambda e: e.name)
-    except OSError as exc:
-        raise DatasetError(f"data.{key}", f"cannot read folder {folder}: {exc.strerror}",
-                           "make it readable") from None
-
-
-def _is_dir(key: str, entry: os.DirEntry) -> bool:
-    if entry.is_symlink():
-        _no_loop(f"data.{key}", Path(entry.path))
-    return entry.is_dir()
 
 
 def _read_list(key: str, path: Path) -> list[str]:
@@ -278,6 +186,18 @@ def label_format(task: str, data: dict[str, Any]) -> LabelFormat:
     keypoints, when given); a pose dataset (one with `kpt_shape`) needs a pose model."""
     from yoloq.domain.tasks import task as task_row
 
+    other = _dense_dataset_task(data)
+    if other and other != task:
+        raise DatasetError("data", f"the dataset is {_a(task_row(other).label)} dataset ({_DENSE_KEYS[other]} in the "
+                           f"data YAML) and the model {_a(task_row(task).label)} model",
+                           f"train {_a(task_row(other).label)} model such as {task_row(other).example}, or give a "
+                           "dataset of the model's task")
+    if task == "semantic":
+        mask_lookup(data, len(data.get("names") or ()))  # a malformed label_mapping fails here, once
+        return LabelFormat("semantic", masks_dir=str(data.get("masks_dir") or ""),
+                           label_mapping=tuple((data.get("label_mapping") or {}).items()))
+    if task == "depth":
+        return LabelFormat("depth", depth_scale=data.get("depth_scale", DEFAULT_DEPTH_SCALE))
     shape = data.get("kpt_shape")
     if task != "pose":
         if shape is not None:
@@ -299,6 +219,14 @@ def label_format(task: str, data: dict[str, Any]) -> LabelFormat:
     return LabelFormat("pose", keypoints=shape[0], dims=shape[1])
 
 
+_DENSE_KEYS = {"semantic": "masks_dir", "depth": "depth_scale"}  # a data YAML key only that task's datasets have
+DEFAULT_DEPTH_SCALE = 1000  # ultralytics' DEPTH_PNG_SCALE: PNG value per metre
+
+
+def _dense_dataset_task(data: dict[str, Any]) -> str:
+    return next((task for task, key in _DENSE_KEYS.items() if data.get(key) is not None), "")
+
+
 def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT,
                            task: str = "detect") -> DatasetInfo:
     """Check a local data YAML, its image folders and the label files a `task` model trains
@@ -306,7 +234,9 @@ def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT,
 
     `yoloq.analysis.validate.validate_dataset` also takes `s3://` datasets.
     """
-    yaml_path = _resolved("data", Path(data_yaml).expanduser())
+    yaml_path = resolved_path("data", Path(data_yaml).expanduser())
+    if task == "classify" or yaml_path.is_dir():
+        return _class_folders(yaml_path, limit, task)
     data = load_data_yaml(yaml_path)
     names = check_names(data)
     fmt = label_format(task, data)
@@ -322,6 +252,36 @@ def validate_local_dataset(data_yaml: str | Path, limit: int = LABEL_SCAN_LIMIT,
                        warnings=tuple(warnings))
 
 
+_LABEL_KINDS = {"semantic": ("mask", ".png", "ultralytics leaves them out"),
+                "depth": ("depth map", ".png", "ultralytics leaves them out")}
+
+
+def _scan_task_labels(images: list[str], names: tuple[str, ...], root: Path, fmt: LabelFormat) -> LabelScan:
+    """The task's label check: text rows, or a mask or depth map per image."""
+    if fmt.task == "depth":
+        return scan_depth(images, fmt.depth_scale, root)
+    if fmt.task == "semantic" and fmt.masks_dir:
+        invalid = mask_lookup({"label_mapping": dict(fmt.label_mapping)}, len(names))
+        return scan_masks(images, fmt.masks_dir, invalid, len(names), root)
+    return scan_labels(images, label_path, len(names), root, fmt)
+
+
+def _class_folders(path: Path, limit: int, task: str) -> DatasetInfo:
+    """A classification dataset (a folder of class folders), for a classification model only."""
+    from yoloq.domain.tasks import task as task_row
+
+    if task != "classify":
+        raise DatasetError("data", f"{path} is a folder, the form of a classification dataset, and the model "
+                           f"{_a(task_row(task).label)} model",
+                           "point `data` at the dataset's data YAML, or train a classifier such as yolov8n-cls.yaml")
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        raise DatasetError("data", f"{path.name} is a data YAML (a detection-style dataset) and the model a "
+                           "classification model, which trains from a folder of class folders",
+                           "point `data` at a folder with train/<class>/ and val/<class>/, or train a "
+                           "detection model such as yolov8n.yaml")
+    return validate_class_folders(path, limit)
+
+
 def _check_split(key: str, sources: list[Path], names: tuple[str, ...], root: Path, limit: int,
                  warnings: list[str], fmt: LabelFormat = LabelFormat()) -> SplitInfo:
     images = list_images(key, sources)
@@ -331,16 +291,19 @@ def _check_split(key: str, sources: list[Path], names: tuple[str, ...], root: Pa
         if missing:
             raise DatasetError(f"data.{key}", f"{len(missing)} listed images do not exist (e.g. {missing[0]})",
                                "fix the image list so every line is an existing file")
-    scan = scan_labels(checked, label_path, len(names), root, fmt)
+    scan = _scan_task_labels(checked, names, root, fmt)
     if len(checked) < len(images):
         warnings.append(f"data.{key}: checked the labels of {len(checked)} of {len(images)} images "
                         f"(an even sample; the rest were not read)")
+    folder, kind = fmt.labels_folder, _LABEL_KINDS.get(fmt.task if fmt.task == "depth" or fmt.masks_dir else "",
+                                                       ("label file", ".txt", "trained as background"))
     if scan.labelled == 0 and key == "train":
-        raise DatasetError(f"data.{key}", f"no label files found for {len(checked)} images "
-                           f"(looked in the labels/ mirror of images/, e.g. {label_path(checked[0])})",
-                           "put one .txt per image under labels/, mirroring images/")
+        example = mirror(checked[0], folder, kind[1])
+        raise DatasetError(f"data.{key}", f"no {kind[0]}s found for {len(checked)} images "
+                           f"(looked in the {folder}/ mirror of images/, e.g. {example})",
+                           f"put one {kind[1]} per image under {folder}/, mirroring images/")
     if scan.labelled < scan.checked:
         warnings.append(f"data.{key}: {scan.checked - scan.labelled} of {scan.checked} images have no "
-                        "label file (trained as background)")
+                        f"{kind[0]} ({kind[2]})")
     return SplitInfo(name=key, sources=tuple(str(s) for s in sources), images=len(images),
                      labelled=scan.labelled, checked=scan.checked, boxes=scan.boxes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from yoloq.base.errors import DatasetError
 
@@ -34,6 +35,14 @@ class LabelFormat:
     task: str = "detect"
     keypoints: int = 0  # pose: K from `kpt_shape: [K, dims]`
     dims: int = 0  # pose: 2 (x y) or 3 (x y visibility)
+    masks_dir: str = ""  # semantic: the folder of mask PNGs ("": polygon rows in labels/)
+    label_mapping: tuple[tuple[Any, Any], ...] = ()  # semantic: raw mask id -> class id, from the YAML
+    depth_scale: Any = None  # depth: PNG value per metre
+
+    @property
+    def labels_folder(self) -> str:
+        """The folder that mirrors images/ with this task's labels."""
+        return "depth" if self.task == "depth" else self.masks_dir or "labels"
 
     @property
     def pose_columns(self) -> int:
@@ -75,12 +84,13 @@ def _check_shape(cols: list[str], where: str, fmt: LabelFormat) -> str:
     """The row's kind for the task, or DatasetError naming the columns expected."""
     n = len(cols)
     polygon = n >= 7 and n % 2 == 1
-    if fmt.task == "segment":
+    if fmt.task in ("segment", "semantic"):  # semantic without masks_dir: ultralytics rasterises polygons
         if n == 5:
-            raise DatasetError(where, "a box row (5 columns) in the dataset of a segment model: "
+            raise DatasetError(where, f"a box row (5 columns) in the dataset of a {fmt.task} model: "
                                "segmentation trains masks from polygons",
                                "write `cls x1 y1 x2 y2 ... xn yn` (a polygon of at least 3 points), or "
-                               "train a detect model")
+                               + ("train a detect model" if fmt.task == "segment"
+                                  else "give mask PNGs and `masks_dir` in the data YAML"))
         if not polygon:
             raise DatasetError(where, f"{n} columns, expected a polygon: the class and an even number "
                                ">= 6 of coordinates", "write `cls x1 y1 x2 y2 ... xn yn` (n >= 3)")

@@ -14,6 +14,7 @@ from typing import Any
 from yoloq.domain.contract import (EPOCH_LABEL, GPUS_LABEL, NODE_LABEL, preempt_reason, preempted_by,
                                    start_epoch, was_preempted)
 from yoloq.domain.tiers import Tier
+from yoloq.domain.tasks import task_of_metrics
 
 
 def queue(client: Any) -> list[dict[str, Any]]:
@@ -81,9 +82,6 @@ def segment_bar(seg: Any, now: float) -> Bar | None:
                preempt_reason=preempt_reason(seg) if preempted else "")
 
 
-METRICS = ("metrics/mAP50-95B", "metrics/mAP50B", "train/box_loss")
-
-
 def mlflow_run(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: id, link (when the store is an MLflow server) and metric curves.
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
@@ -102,7 +100,7 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
             return {"uri": uri, "run_id": None, "curves": {}}
         run = runs[0]
         curves = {m: [(h.step, h.value) for h in client.get_metric_history(run.info.run_id, m)]
-                  for m in METRICS}
+                  for m in task_of_metrics(run.data.metrics).curves}
     except Exception as exc:  # noqa: BLE001 (shown on the page: the rest of it is still useful)
         return {"error": f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     link = (f"{uri.rstrip('/')}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"

@@ -91,6 +91,12 @@ def _fit_line(fit: dict[str, Any] | None) -> str:
     return f"\npool     fits {fit['gpu']} on node {fit['node']} at batch {fit['batch']}{reduced} ({fit['source']})"
 
 
+def _classes(a: dict, names: str) -> str:
+    if a["task"] == "depth":
+        return "depth maps"
+    return f"{a['nc']} class{'' if a['nc'] == 1 else 'es'} ({names})"
+
+
 def summary(a: dict) -> str:
     """A short human summary of an analysis dict."""
     names = ", ".join(a["names"][:8]) + (", ..." if len(a["names"]) > 8 else "")
@@ -98,7 +104,7 @@ def summary(a: dict) -> str:
         f"job {a['name']} (team {a['team']}): {a['job_class']} job, queue {a['queue']}",
         f"model    {a['model']}: {a['family']} scale {a['scale']}, {a['task']}, "
         f"{a['params_m']:.1f}M params, {a['gflops']:.1f} GFLOPs@640",
-        f"data     {a['nc']} classes ({names}); {a['train_images']} train / {a['val_images']} val images",
+        f"data     {_classes(a, names)}; {a['train_images']} train / {a['val_images']} val images",
         f"train    {a['epochs']} epochs at {a['imgsz']}px, batch {a['batch']}"
         f"{'' if a['amp'] else ', no AMP'}; {a['segment_epochs']} epochs per segment",
         f"on {a['gpu']}: ~{a['est_gpu_mem_gb']:.1f} GB, max batch {a['max_batch']}, "

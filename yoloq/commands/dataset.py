@@ -15,7 +15,7 @@ MAX_SYNTH_IMGSZ = 4096
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     tools = parser.add_subparsers(dest="tool", required=True, metavar="TOOL")
-    synth = tools.add_parser("synth", help="write a synthetic shapes dataset (images, labels, data.yaml)")
+    synth = tools.add_parser("synth", help="write a synthetic shapes dataset (images, labels, data.yaml; classify: class folders)")
     synth.add_argument("dir", help="folder to write into (created if missing)")
     synth.add_argument("--train", type=int, default=16, help="training images (default 16)")
     synth.add_argument("--val", type=int, default=8, help="validation images (default 8)")
@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
         print_json({"data": str(data_yaml), "train": args.train, "val": args.val, "imgsz": args.imgsz,
                     "nc": args.nc, "seed": args.seed, "task": args.task})
         return 0
+    labels = "in class folders" if args.task == "classify" else f"{args.task} labels"
     print(f"wrote {args.train} train + {args.val} val images ({args.imgsz}px, {args.nc} classes, "
-          f"{args.task} labels): {data_yaml}")
+          f"{labels}): {data_yaml}")
     return 0
 
 

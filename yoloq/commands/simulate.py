@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shape", choices=_SHAPES,
                         help="a trace shape (overrides --load): " + ", ".join(_SHAPES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tasks", default="", metavar="TASK=SHARE,...",
+                        help="with --generate: mix tasks, e.g. detect=0.6,segment=0.2,pose=0.1,classify=0.1 "
+                             "(memory and duration scaled by each task's factors; default: detection only)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,8 +49,14 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--jobs", "must be at least 1", "e.g. --jobs 2000")
         shape = args.shape or args.load
         jobs = make_trace(shape, args.jobs, args.seed)
+        shares = _task_shares(args.tasks)
+        if shares:
+            from work_pools.simulate.generate import mix_tasks
+
+            jobs = mix_tasks(jobs, shares, args.seed)
         write_trace(args.generate, jobs)
-        print(f"wrote {len(jobs)} jobs ({shape}, seed {args.seed}) to {args.generate}")
+        mixed = f", tasks {','.join(shares)}" if shares else ""
+        print(f"wrote {len(jobs)} jobs ({shape}, seed {args.seed}{mixed}) to {args.generate}")
         return 0
     if not args.trace:
         raise UserError("trace", "no trace given", "pass a CSV trace, or --generate OUT to make one")
@@ -78,6 +87,25 @@ def _check_segment_s(value: float) -> None:
     if not math.isfinite(value) or value < 1:
         raise UserError("--segment-s", f"must be a number of seconds >= 1, not {value:g}",
                         "e.g. --segment-s 600")
+
+
+def _task_shares(text: str) -> dict[str, float]:
+    """`--tasks detect=0.6,segment=0.4` -> {task: share}; each a task yoloq trains, share > 0."""
+    from yoloq.domain.tasks import TRAINED_TASKS
+
+    shares: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        task, _, value = part.partition("=")
+        task = task.strip()
+        if task not in TRAINED_TASKS:
+            raise UserError("--tasks", f"unknown task {task!r}", f"use tasks from {', '.join(TRAINED_TASKS)}")
+        try:
+            shares[task] = float(value)
+        except ValueError:
+            raise UserError("--tasks", f"cannot read {part!r}", "write task=share,...") from None
+        if not math.isfinite(shares[task]) or shares[task] <= 0:
+            raise UserError("--tasks", f"cannot read {part!r}", "write task=share with share > 0")
+    return shares
 
 
 def _weights(text: str) -> dict[str, float]:

@@ -57,6 +57,10 @@ def validate_s3_dataset(uri: str, limit: int = LABEL_SCAN_LIMIT, task: str = "de
                         client: Any | None = None) -> DatasetInfo:
     """Check an `s3://.../data.yaml` dataset like `validate_dataset` checks a local one (for a
     `task` model). Every problem, an unreachable endpoint included, is one DatasetError line."""
+    if task == "classify":
+        raise DatasetError("data", f"{uri}: classification datasets (class folders) are read from a local "
+                           "folder; yoloq does not sync them from S3 yet",
+                           "give the dataset's folder on a path every node sees (docs/concepts/tasks.md)")
     try:
         return _validate(uri, limit, client or dataset_client(), task)
     except DatasetUnreachable as exc:

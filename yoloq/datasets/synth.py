@@ -7,7 +7,13 @@ so a few epochs of a nano model learn it. The task decides the label rows:
 - detect: the shape's box (`cls cx cy w h`);
 - segment: the shape's outline as a polygon (`cls x1 y1 ... xn yn`);
 - pose: the box and its four corners as keypoints (`kpt_shape: [4, 3]`, all visible);
-- obb: the shape drawn rotated, and the four corners of its rotated box.
+- obb: the shape drawn rotated, and the four corners of its rotated box;
+- classify: one shape per image, in a folder named after its class
+  (`train/<class>/*.png`, `val/<class>/*.png`; the dataset is the folder, no YAML);
+- semantic: a mask PNG per image (`masks/<split>/`, `masks_dir: masks`), each pixel its
+  class id, the background the last class (`background`), as ultralytics' own polygon form has it;
+- depth: a 16-bit depth PNG per image (`depth/<split>/`, millimetres, `depth_scale: 1000`):
+  a background receding from 6 m at the top to 3 m at the bottom, each shape flat at 1-2.5 m.
 
 PIL and numpy only (no torch), and deterministic: image `i` of a split depends only
 on (seed, split, i). Detect, segment and pose draw the same images for one seed.
@@ -34,6 +40,7 @@ _SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 # Pose: the box's corners, clockwise from top-left; a horizontal flip swaps left and right.
 POSE_KPT_SHAPE = (4, 3)
 POSE_FLIP_IDX = (1, 0, 3, 2)
+DEPTH_SCALE = 1000  # depth PNG value per metre (ultralytics' default)
 _ELLIPSE_POINTS = 16
 
 
@@ -100,7 +107,8 @@ def _points(points: list[tuple[float, float]], size: int) -> str:
 
 def synth_dataset(directory: str | Path, train: int = 16, val: int = 8, imgsz: int = 64,
                   nc: int = 3, seed: int = 0, relative_path: bool = False, task: str = "detect") -> Path:
-    """Write `images/{train,val}`, `labels/{train,val}` and `data.yaml`; return the YAML path.
+    """Write `images/{train,val}`, `labels/{train,val}` and `data.yaml`; return the YAML path
+    (classify: `{train,val}/<class>/` and the folder itself, which is the dataset).
 
     `relative_path=True` writes `path: .` (resolved from the YAML's folder by yoloq);
     the default writes the absolute dataset folder, which ultralytics also reads as is.
@@ -112,19 +120,28 @@ def synth_dataset(directory: str | Path, train: int = 16, val: int = 8, imgsz: i
     if task not in TRAINED_TASKS:
         raise ValueError(f"task must be one of {', '.join(TRAINED_TASKS)}, not {task!r}")
     root = Path(directory).expanduser().resolve()
+    if task == "classify":
+        for split, count in (("train", train), ("val", val)):
+            _write_class_folders(root, split, count, imgsz, nc, seed)
+        return root
     for split, count in (("train", train), ("val", val)):
         _write_split(root, split, count, imgsz, nc, seed, task)
     data = {"path": "." if relative_path else str(root), "train": "images/train",
             "val": "images/val", "nc": nc, "names": list(SHAPES[:nc])}
     if task == "pose":
         data.update(kpt_shape=list(POSE_KPT_SHAPE), flip_idx=list(POSE_FLIP_IDX))
+    if task == "semantic":
+        data.update(masks_dir="masks", nc=nc + 1, names=[*SHAPES[:nc], "background"])
+    if task == "depth":
+        data.update(nc=1, names=["depth"], depth_scale=DEPTH_SCALE)
     data_yaml = root / "data.yaml"
     data_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
     return data_yaml
 
 
 def _write_split(root: Path, split: str, count: int, imgsz: int, nc: int, seed: int, task: str) -> None:
-    images, labels = root / "images" / split, root / "labels" / split
+    targets = {"semantic": "masks", "depth": "depth"}.get(task, "labels")  # ultralytics' mirror of images/
+    images, labels = root / "images" / split, root / targets / split
     images.mkdir(parents=True, exist_ok=True)
     labels.mkdir(parents=True, exist_ok=True)
     for index in range(count):
@@ -132,7 +149,48 @@ def _write_split(root: Path, split: str, count: int, imgsz: int, nc: int, seed: 
         image, objects = render_rotated(rng, imgsz, nc) if task == "obb" else render_image(rng, imgsz, nc)
         stem = f"{split}_{index:05d}"
         image.save(images / f"{stem}.png", optimize=False)
-        (labels / f"{stem}.txt").write_text("".join(o.label_line(imgsz, task) + "\n" for o in objects))
+        if task == "semantic":
+            semantic_mask(objects, imgsz, background=nc).save(labels / f"{stem}.png", optimize=False)
+        elif task == "depth":
+            depth_rng = np.random.default_rng([seed, _SPLIT_IDS[split], index, 1])  # the image stays detect's
+            depth_map(objects, imgsz, depth_rng).save(labels / f"{stem}.png", optimize=False)
+        else:
+            (labels / f"{stem}.txt").write_text("".join(o.label_line(imgsz, task) + "\n" for o in objects))
+
+
+def semantic_mask(boxes: list[Box], size: int, background: int) -> Image.Image:
+    """Each pixel the class id of the shape drawn there (exactly the image's pixels), else `background`."""
+    mask = Image.new("L", (size, size), background)
+    draw = ImageDraw.Draw(mask)
+    for box in boxes:
+        _draw_shape(draw, box, box.cls)
+    return mask
+
+
+def depth_map(boxes: list[Box], size: int, rng: np.random.Generator) -> Image.Image:
+    """Millimetres (uint16): the background from 6 m (top row) to 3 m (bottom), each shape flat."""
+    rows = np.linspace(6000, 3000, size, dtype=np.float64)[:, None].repeat(size, axis=1)
+    depth = Image.fromarray(rows.astype(np.int32), "I")
+    draw = ImageDraw.Draw(depth)
+    for box in boxes:
+        _draw_shape(draw, box, int(rng.uniform(1000, 2500)))
+    return Image.fromarray(np.asarray(depth).astype(np.uint16))
+
+
+def _write_class_folders(root: Path, split: str, count: int, imgsz: int, nc: int, seed: int) -> None:
+    """Image `i` shows one shape of class `i % nc`, so every class has images in every split
+    with at least nc images."""
+    for name in SHAPES[:nc]:
+        (root / split / name).mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        rng = np.random.default_rng([seed, _SPLIT_IDS[split], index])
+        cls = index % nc
+        image = _background(rng, imgsz)
+        box = None
+        while box is None:
+            box = _place(rng, imgsz, cls, [])
+        _draw_shape(ImageDraw.Draw(image), box, _colour(rng, cls))
+        image.save(root / split / SHAPES[cls] / f"{split}_{index:05d}.png", optimize=False)
 
 
 def _background(rng: np.random.Generator, size: int) -> Image.Image:

@@ -78,7 +78,8 @@ class JobSpec(BaseModel):
     priority: str = Field(default="normal", description="urgent | high | normal | low")
     model: str = Field(description="A model YAML name (yolov8n.yaml, yolo11s.yaml), a .pt path, or "
                                    "job:<id>[:best|:last] (a finished job's weights, fine-tuned from).")
-    data: str = Field(description="Path to the dataset YAML.")
+    data: str = Field(description="Path to the dataset YAML; for a classification model, the dataset's folder "
+                                  "(train/<class>/, val/<class>/).")
     epochs: int = Field(default=10, ge=1, le=10000, strict=True)
     imgsz: int = Field(default=640, ge=32, le=4096, strict=True)
     batch: int = Field(default=16, ge=1, le=MAX_BATCH, strict=True)

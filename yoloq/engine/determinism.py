@@ -65,3 +65,5 @@ def clear_mosaic_buffer(dataset: Any) -> None:
         dataset.im_hw0[index] = None
         dataset.im_hw[index] = None
     buffer.clear()
+    if isinstance(getattr(dataset, "masks", None), dict):  # semantic segmentation keeps masks with them
+        dataset.masks.clear()

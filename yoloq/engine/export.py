@@ -75,7 +75,7 @@ def _export_one(weights: Path, fmt: str, data: Path, imgsz: int, device: str) ->
         model = load_yolo(weights)
         path = Path(model.export(format=fmt, imgsz=imgsz, device=device, **options))
         metrics, verified_by = _verify(path, fmt, data, imgsz, device, model.task)
-        difference = _output_difference(weights, path, imgsz, device)
+        difference = _output_difference(weights, path, imgsz, device, model.task)
     return ExportedModel(format=fmt, path=path, size=path.stat().st_size, verification=metrics,
                          verified_by=verified_by, max_output_diff=difference)
 
@@ -107,7 +107,7 @@ def _verify(path: Path, fmt: str, data: Path, imgsz: int, device: str,
     return metrics, how
 
 
-def _output_difference(weights: Path, exported: Path, imgsz: int, device: str) -> float:
+def _output_difference(weights: Path, exported: Path, imgsz: int, device: str, task: str = "detect") -> float:
     """Feed one fixed input to the PyTorch weights and the exported file; compare raw outputs."""
     import torch
     from ultralytics.nn.autobackend import AutoBackend
@@ -120,7 +120,29 @@ def _output_difference(weights: Path, exported: Path, imgsz: int, device: str) -
     for path, options in ((weights, {}), (exported, {"dnn": dnn})):
         backend = AutoBackend(str(path), device=torch_device, fp16=False, verbose=False, **options)
         outputs.append(_predictions(backend(image)).float().cpu())
-    return output_difference(exported, *outputs)
+    reference, candidate = outputs
+    if task in _UPSAMPLED_EXPORTS:
+        reference = _as_dense_export(reference, candidate, align_corners=_UPSAMPLED_EXPORTS[task])
+    return output_difference(exported, reference, candidate)
+
+
+# Dense heads return stride-8 (semantic) or stride-4 (depth) maps in PyTorch and upsample them to
+# the input in export mode, with these `align_corners` (ultralytics' SemanticSegment and Depth heads).
+_UPSAMPLED_EXPORTS = {"semantic": False, "depth": True}
+
+
+def _as_dense_export(raw: Any, exported: Any, align_corners: bool) -> Any:
+    """PyTorch's dense output in the form its export returns it: upsampled to the input
+    (bilinear, as the head does in export mode); a semantic ONNX export also bakes in the class
+    map (argmax), so the reference does too."""
+    import torch.nn.functional as F
+
+    if raw.ndim != 4 or exported.ndim not in (3, 4) or raw.shape[-2:] == exported.shape[-2:]:
+        return raw
+    upsampled = F.interpolate(raw, size=tuple(exported.shape[-2:]), mode="bilinear", align_corners=align_corners)
+    if exported.ndim == 4:
+        return upsampled
+    return (upsampled.argmax(1) if upsampled.shape[1] > 1 else upsampled.squeeze(1) > 0).float()
 
 
 def _predictions(output: Any) -> Any:

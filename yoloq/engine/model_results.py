@@ -32,7 +32,10 @@ class EvalResult:
 
 
 def evaluation_split(data: Path) -> str:
-    """`test` when the data YAML declares a non-empty test split, else `val`."""
+    """`test` when the data YAML declares a non-empty test split (a classification folder: has
+    a test/ folder), else `val`."""
+    if Path(data).is_dir():
+        return "test" if (Path(data) / "test").is_dir() else "val"
     config = yaml.safe_load(Path(data).read_text()) or {}
     return "test" if config.get("test") else "val"
 

@@ -19,10 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ultralytics.models.yolo.classify import ClassificationTrainer
+from ultralytics.models.yolo.depth import DepthTrainer
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.models.yolo.semantic import SemanticSegmentationTrainer
 from ultralytics.utils.torch_utils import unwrap_model
 
 from yoloq.engine import checkpoint
@@ -156,11 +159,26 @@ class ExactOBBTrainer(ExactResumeMixin, OBBTrainer):
     pass
 
 
+class ExactClassificationTrainer(ExactResumeMixin, ClassificationTrainer):
+    pass
+
+
+class ExactSemanticSegmentationTrainer(ExactResumeMixin, SemanticSegmentationTrainer):
+    pass
+
+
+class ExactDepthTrainer(ExactResumeMixin, DepthTrainer):
+    pass
+
+
 TRAINERS: dict[str, type[ExactResumeMixin]] = {
     "detect": ExactDetectionTrainer,
     "segment": ExactSegmentationTrainer,
     "pose": ExactPoseTrainer,
     "obb": ExactOBBTrainer,
+    "classify": ExactClassificationTrainer,
+    "semantic": ExactSemanticSegmentationTrainer,
+    "depth": ExactDepthTrainer,
 }
 
 
