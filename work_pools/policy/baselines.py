@@ -39,7 +39,8 @@ def las(**overrides) -> Policy:
 
 
 PREVIOUS_DEFAULTS = dict(aging_step_s=3600.0, urgent_overrides_min_runtime=False,
-                         critical_path_share=0.0, backfill_reservations=False)
+                         critical_path_share=0.0, backfill_reservations=False,
+                         fair_weight_power=3.0, srpt_aging_s=3600.0)
 
 
 def yoloq(**overrides) -> Policy:
