@@ -47,6 +47,8 @@ from flows.preemption import (  # noqa: E402
 from yoloq.base.retry import is_transient, one_line  # noqa: E402
 from blocks.checkpoint_base import store_retry_limit_s  # noqa: E402
 from flows.stages import finalise, mark_finalised  # noqa: E402
+from flows.stub_segment import finalise_stub, run_stub_segment  # noqa: E402
+from flows.stub_segment import refusal as stub_refusal  # noqa: E402
 from work_pools.drain import DRAINED  # noqa: E402
 from blocks import stores  # noqa: E402
 from yoloq.base.paths import state_paths  # noqa: E402
@@ -195,6 +197,8 @@ def train_segment(job_id: str, spec: dict[str, Any], stop_after_epoch: int,
         return Failed(message=str(exc))
     try:
         return _segment(job, job_id, stop_after_epoch, parsed, logger, timer, mlflow_params)
+    except StubRefused as exc:  # the bench's stub on a node with real GPUs: nothing trained
+        return Failed(message=str(exc))
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -262,20 +266,22 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
     problem = plan_mismatch(plan, restored)
     if problem:
         return Failed(message=problem)
+    stub_s = _stub_seconds(logger)
     if restored is not None and restored.info.done_for(job.epochs):
         logger.info("job %s: all epochs trained (checkpoint epoch %d); finalising",
                     job_id, restored.info.epoch)
-        return {"job_id": job_id, "finished": True, "epochs_done": restored.info.epoch,
-                **finalise(job, job_id, tracker, run_id, workdir / "final", restored.info.epoch,
-                           checkpoint=restored.path)}
+        done = finalise_stub(tracker, run_id, restored.info.epoch) if stub_s else finalise(
+            job, job_id, tracker, run_id, workdir / "final", restored.info.epoch, checkpoint=restored.path)
+        return {"job_id": job_id, "finished": True, "epochs_done": restored.info.epoch, **done}
     if restored is not None and restored.info.extended_to(job.epochs):
         logger.info("job %s: extended from %d to %d epochs; training on from its finished "
                     "checkpoint", job_id, restored.info.epoch, job.epochs)
     start = restored.info.epoch if restored else 0
     job = batch_for_segment(job, restored.path if restored else None, tracker, run_id, logger)
     job, rebatch = throttled(job, restored is not None, plan, tracker, run_id, logger)
+    device = "bench stub (sleeps)" if stub_s else _device()
     logger.info("job %s: epochs %d -> %d of %d on %s", job_id, start, stop_after_epoch,
-                job.epochs, _device())
+                job.epochs, device)
 
     preemption = _preemption_context()
     ledger = EpochLedger(job_id, run_key, newest.trainings if newest else ())
@@ -287,10 +293,14 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
         # collector's permanent generation, so ultralytics' gc.collect() at each epoch end
         # scans only training's own objects (it took about a second on the imported heap).
         gc.freeze()
-    result = run_segment(SegmentRequest(
-        spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
-        resume_from=restored.path if restored else None, device=_device(),
-        expect_epochs_done=start, rebatch=rebatch), hooks)
+    if stub_s:
+        result: Any = run_stub_segment(job.epochs, job.batch, start, stop_after_epoch,
+                                       workdir / "train", hooks, stub_s)
+    else:
+        result = run_segment(SegmentRequest(
+            spec=job, workdir=workdir / "train", stop_after_epoch=stop_after_epoch,
+            resume_from=restored.path if restored else None, device=device,
+            expect_epochs_done=start, rebatch=rebatch), hooks)
     if not hooks.deliver_patiently(store_retry_limit_s()):
         raise ConnectionError(f"MLflow did not take the metrics of epochs "
                               f"{[e for e, _ in hooks.unsent]}; checkpoints are saved")
@@ -305,10 +315,30 @@ def _train(job: JobSpec, job_id: str, stop_after_epoch: int, plan: SegmentPlan |
     if result.stopped_early:
         tracker.increment_tag(run_id, TAG_PREEMPTIONS)
         return Cancelled(name=PREEMPTED, message=f"preempted at epoch {result.epochs_done}")
-    if result.finished:
+    if result.finished and stub_s:
+        summary.update(finalise_stub(tracker, run_id, result.epochs_done))
+    elif result.finished:
         summary.update(finalise(job, job_id, tracker, run_id, Path(result.save_dir), result.epochs_done,
                                 best=result.best))
     return summary
+
+
+def _stub_seconds(logger: Any) -> float | None:
+    """`YOLOQ_BENCH_STUB_SEGMENT_S` (bench only, `flows.stub_segment`): seconds per epoch of the
+    sleeping stub engine, said in the segment's log; refused on a node with real GPUs."""
+    seconds = settings().bench_stub_segment_s
+    if seconds is None:
+        return None
+    problem = stub_refusal(settings().declared_gpus)
+    if problem:
+        raise StubRefused(problem)
+    logger.warning("bench stub engine (YOLOQ_BENCH_STUB_SEGMENT_S=%g): this segment sleeps "
+                   "instead of training", seconds)
+    return seconds
+
+
+class StubRefused(RuntimeError):
+    """The bench's stub engine was asked for on a node with real GPUs."""
 
 
 def extended_total(job: JobSpec, job_id: str) -> JobSpec:

@@ -69,6 +69,10 @@ PRELOAD = ("torch", "numpy", "prefect", "prefect.engine", "prefect.flow_engine",
            "matplotlib", "matplotlib.font_manager", "ultralytics.utils.callbacks.platform",
            "ultralytics.utils.events", "netrc", "yoloq.analysis.train_args",
            "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.model_registry.sqlalchemy_store")
+# The bench's stub engine (`YOLOQ_BENCH_STUB_SEGMENT_S`, `flows.stub_segment`) trains nothing:
+# its segments import neither torch nor ultralytics, so neither does its launcher.
+STUB_SKIPS = ("torch", "ultralytics", "thop", "matplotlib", "yoloq.engine", "netrc")
+STUB_PRELOAD = tuple(m for m in PRELOAD if not m.startswith(STUB_SKIPS))
 # Set by the agent per segment and read only at run time: they may differ from the
 # environment the launcher imported under. Any other difference starts the segment cold.
 # `PREFECT__*` (two underscores) are Prefect's per-run values (run, flow, deployment and
@@ -351,7 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     before = dict(os.environ)
     try:
-        import_s = preload()
+        from yoloq.settings import settings
+
+        import_s = preload(STUB_PRELOAD if settings().bench_stub_segment_s else PRELOAD)
         _IMPORT_ENV = env_changes(before, dict(os.environ))
     except Exception as exc:  # noqa: BLE001 - reported to the agent, which logs it, starts cold
         _send(sock, {"failed": f"preload failed: {type(exc).__name__}: {exc}"})

@@ -180,6 +180,11 @@ class Settings(BaseSettings):
                                       "segment (time.time()).", "a Unix time", internal=True)
     warm_launcher: int | None = setting("YOLOQ_WARM_LAUNCHER", None, "PID of the launcher that forked "
                                         "this segment.", "a process id", internal=True)
+    bench_stub_segment_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = setting(
+        "YOLOQ_BENCH_STUB_SEGMENT_S", None, "Bench only: segments sleep instead of training, this "
+        "many seconds per epoch, and report epochs and checkpoints through the normal path "
+        "(`bench/scale.py` measures the control plane with it). Refused on a node with real GPUs.",
+        "a number of seconds > 0, e.g. 20", internal=True)
 
     @property
     def warm_start_enabled(self) -> bool:

@@ -61,6 +61,49 @@ def submit(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])],
             "fit": job.result["fit"], "notes": job.result["notes"]}
 
 
+@router.post("/jobs/bulk", status_code=201,
+             summary="Submit many jobs in one request, all or nothing (a list of specs)")
+def submit_bulk(specs: Annotated[list[dict[str, Any]], Body(examples=[[SPEC_EXAMPLE, SPEC_EXAMPLE]])],
+                who: Authed,
+                idempotency_key: str | None = Header(default=None, description="a repeat gets 409")
+                ) -> dict[str, Any]:
+    """Each spec admitted as `POST /v1/jobs` admits it; the first refused one refuses the
+    batch, naming its index (`jobs[3].epochs: ...`), and nothing is created: 403 for another
+    team's spec or a tier above the team's cap, 422 for anything else. At most 1,000 specs.
+    Answers the created job ids in the specs' order (`yoloq.service.bulk`)."""
+    from yoloq.records.events import acting_as
+    from yoloq.service.bulk import BulkRefused, check_size, refusal_status
+    from yoloq.service.bulk import submit_bulk as submit_all
+
+    check_size(len(specs))
+    parsed = [_parse_at(i, spec) for i, spec in enumerate(specs)]
+    for index, spec in enumerate(parsed):
+        if not who.admin and spec.team != who.team:
+            raise refuse(403, f"jobs[{index}].team", f"this token belongs to team {who.team!r}, "
+                         f"not {spec.team!r}", f"use {spec.team!r}'s own token; nothing was created")
+    tags = (_idempotency_tag(who, idempotency_key),) if idempotency_key else ()
+    reason = "yoloq submit" if who.local else "POST /v1/jobs/bulk"
+    with acting_as(who.actor), _SUBMIT_LOCK:
+        if tags:
+            _refuse_repeat(tags[0], idempotency_key or "")
+        try:
+            result = submit_all(parsed, reason=reason, tags=tags)
+        except BulkRefused as exc:
+            raise refuse_error(refusal_status(exc), exc) from None
+    return result.to_dict()
+
+
+def _parse_at(index: int, spec: dict[str, Any]):
+    """The spec at `index` of a batch, parsed; a bad field names the index (422)."""
+    from yoloq.domain.spec import parse_spec
+    from yoloq.service.bulk import BulkRefused
+
+    try:
+        return parse_spec(spec)
+    except UserError as exc:
+        raise refuse_error(422, BulkRefused(index, exc, "spec")) from None
+
+
 @router.post("/analyse", summary="The admission verdict on a job spec, creating nothing (`yoloq analyse`)")
 def analyse(spec: Annotated[dict[str, Any], Body(examples=[SPEC_EXAMPLE])], who: Authed) -> dict[str, Any]:
     """The verdict `POST /v1/jobs` would give (same refusals, same status codes), and the analysis."""

@@ -15,6 +15,7 @@ not checked and the fit only against a `--gpu` type given.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,18 +73,21 @@ class Verdict:
                 "fit": self.fit, "notes": list(self.notes)}
 
 
-def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = None) -> Verdict:
+def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = None,
+          validate: Callable[..., Any] | None = None) -> Verdict:
     """The verdict on `spec` (a JobSpec) against `pool`; the one function that decides admission.
 
     `pool` None gives the analysis's verdict alone (a batch analyses every job before it reads
-    the pool, then calls again with the pool and the `analysis` already made)."""
+    the pool, then calls again with the pool and the `analysis` already made). `validate` is
+    the dataset check (default `yoloq.datasets.validate.validate_dataset`; a bulk submit passes
+    one that reads each dataset once per request, `yoloq.service.bulk`)."""
     if analysis is None:
         from blocks.job_weights import resolve_model
         from yoloq.analysis import analyse
         from yoloq.datasets.validate import validate_dataset
 
         try:
-            analysis = analyse(resolve_model(spec), gpu=gpu, validate=validate_dataset)  # bad input stops here: no run created, no GPU time
+            analysis = analyse(resolve_model(spec), gpu=gpu, validate=validate or validate_dataset)  # bad input stops here: no run created, no GPU time
         except UserError as exc:
             return Verdict(None, exc, SPEC)
     if pool is None:

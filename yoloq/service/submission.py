@@ -142,8 +142,8 @@ def create_job_run(spec: Any, reason: str, client: Any = None, deployment_id: An
     """
     from yoloq.records.events import emit_job_event
 
-    job_id = job_id or f"{spec.name}-{secrets.token_hex(3)}"
-    parameters = {"spec": spec.model_dump(), "job_id": job_id}
+    job_id = job_id or new_job_id(spec)
+    parameters = job_parameters(spec, job_id)
     if client is not None and deployment_id is not None:
         from prefect.states import Scheduled
 
@@ -159,3 +159,31 @@ def create_job_run(spec: Any, reason: str, client: Any = None, deployment_id: An
                        as_subflow=False, tags=job_tags(job_id, spec, tags), idempotency_key=job_id)
     emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
     return job_id
+
+
+def new_job_id(spec: Any) -> str:
+    """A job's id: its name and a random suffix (also its run's name and idempotency key)."""
+    return f"{spec.name}-{secrets.token_hex(3)}"
+
+
+def job_parameters(spec: Any, job_id: str) -> dict[str, Any]:
+    """The `yolo-job` run's parameters."""
+    return {"spec": spec.model_dump(), "job_id": job_id}
+
+
+def job_run_request(spec: Any, job_id: str, tags: tuple[str, ...] = (),
+                    labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """One run of Prefect's bulk creation route (`yoloq.service.bulk`): what `create_job_run`
+    gives `create_flow_run_from_deployment`, as JSON (Scheduled, the server's default)."""
+    request: dict[str, Any] = {"name": job_id, "parameters": _jsonable(job_parameters(spec, job_id)),
+                               "enforce_parameter_schema": False,  # parse_spec checked it, more strictly (a third of the cost)
+                               "tags": job_tags(job_id, spec, tags), "idempotency_key": job_id}
+    if labels:
+        request["labels"] = labels
+    return request
+
+
+def _jsonable(value: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(value)
