@@ -1,5 +1,6 @@
 # Quick start: `make demo` runs the demo, `make test` runs the tests. Both create .venv
-# and install the project when needed (pip's cache makes later installs fast). `make test-quick` runs
+# and install the project when needed (pip's cache makes later installs fast); `make test`
+# also installs the YOLO-NAS engine's environment once (`yoloq engine install yolo-nas`). `make test-quick` runs
 # the unit and contract tests alone (no Prefect server, no training).
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,7 +8,7 @@ PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 # The quick tier: unit and contract tests, no Prefect server, no training, no external services.
 QUICK_MARKERS := not service and not integration and not training
 
-.PHONY: install demo test test-quick docs-reference up down bench clean
+.PHONY: install engines demo test test-quick docs-reference up down bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,10 +18,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The engines that live in their own environment (YOLO-NAS: super-gradients' pins cannot sit
+# beside ultralytics). Once per host; a later run only checks the marker.
+engines: install
+	$(VENV)/bin/yoloq engine install yolo-nas
+
 demo: install
 	$(VENV)/bin/yoloq demo
 
-test: install
+test: engines
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-quick: install

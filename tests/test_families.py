@@ -92,7 +92,7 @@ REFUSED_YAMLS = [
     pytest.param("yolov8s-world.yaml", "yolo-world", "CLIP", id="world"),
     pytest.param("yolov8s-worldv2.yaml", "yolo-world", "CLIP", id="worldv2"),
     pytest.param("yoloe-11s-seg.yaml", "yoloe", "MobileCLIP", id="yoloe"),
-    pytest.param("yolo_nas_s.yaml", "yolo-nas", "super-gradients", id="nas-name"),
+    pytest.param("yolo_nas_s.yaml", "super-gradients", "model: yolo_nas_s", id="nas-yaml-name"),
     pytest.param(_v5("segment/yolov5s-seg.yaml"), "segmentation", "trains detection only", id="v5-seg"),
 ]
 
@@ -263,8 +263,9 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("model, expect", [
-    pytest.param("nas", "yolo-nas model, not trained here: YOLO-NAS is trained by super-gradients", id="nas-pt"),
-    pytest.param("nas-training", "yolo-nas model, not trained here", id="nas-training-checkpoint"),
+    pytest.param("nas", "super-gradients model, not trained here: a YOLO-NAS file of super-gradients or "
+                 "ultralytics is not a yoloq checkpoint", id="nas-pt"),
+    pytest.param("nas-training", "super-gradients model, not trained here", id="nas-training-checkpoint"),
     pytest.param("rtdetr", "rtdetr model, not trained here: RT-DETR", id="rtdetr-pt"),
     pytest.param("world", "yolo-world model, not trained here", id="world-pt"),
     pytest.param("yoloe", "yoloe model, not trained here", id="yoloe-pt"),
@@ -284,8 +285,25 @@ def test_refused_family_one_line_exit_2(model, expect, checkpoints, dataset, tmp
     assert expect in lines[0] and "Traceback" not in out + err
 
 
+@pytest.mark.parametrize("name, scale, params", [("yolo_nas_s", "s", 19.05), ("YOLO_NAS_M", "m", 51.18),
+                                                 ("yolo_nas_l", "l", 66.98)])
+def test_a_yolonas_architecture_name_is_the_yolonas_engines(name, scale, params):
+    from yoloq.analysis.models import engine_of_model
+
+    info = resolve_model_name(name)
+    assert (info.family, info.engine, info.scale, info.task, info.params_m) == ("yolo-nas", "yolo-nas", scale,
+                                                                                 "detect", params)
+    assert engine_of_model(name) == "yolo-nas"
+
+
+@pytest.mark.parametrize("name", ["yolo_nas_x", "yolo_nas", "yolo-nas-s"])
+def test_an_unknown_yolonas_name_is_refused(name):
+    with pytest.raises(ModelError):
+        resolve_model_name(name)
+
+
 def test_every_refused_family_has_a_reason():
-    assert set(REFUSED_FAMILIES) == {"yolo-nas", "rtdetr", "yoloe", "yolo-world"}
+    assert set(REFUSED_FAMILIES) == {"super-gradients", "rtdetr", "yoloe", "yolo-world"}
     assert all(len(reason) > 40 for reason in REFUSED_FAMILIES.values())
 
 

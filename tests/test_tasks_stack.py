@@ -102,3 +102,24 @@ def test_a_pose_job_is_preempted_resumes_and_ends_bit_identical(yoloq_stack, dat
     for part in ("model", "ema"):
         differing = [k for k, v in one_go[part].items() if not torch.equal(v, queued[part][k])]
         assert not differing, f"{part}: {len(differing)} tensors differ"
+
+
+def test_a_yolonas_job_completes_one_epoch_per_segment_in_its_own_engine(yoloq_stack, tiny_dataset, tmp_path):
+    """YOLO-NAS through the whole flow: each segment runs the engine's runner in its own
+    environment, resumes the previous segment's checkpoint, and the job is evaluated and
+    exported (ONNX, verified) into one MLflow run with the detection metric names."""
+    spec = write_spec(tmp_path / "nas.yaml", tiny_dataset, name="task-nas", model="yolo_nas_s", epochs=2,
+                      segment_epochs=1, export=["onnx"])
+    job = submit(spec)
+    status = wait_final(job)
+    assert status["state"] == "Completed", status
+    assert (status["epochs_done"], status["segments"]) == (2, 2)
+    assert _trainings(job) == {1: 1, 2: 1}
+    assert _steps(job, "metrics/mAP50-95B") == [1, 2]
+    assert _steps(job, "train/loss") == [1, 2]
+    client, run = _mlflow(job)
+    assert run.info.status == "FINISHED" and run.data.tags["yoloq.stage.exported"] == "2"
+    assert "eval/metrics/mAP50-95B" in run.data.metrics
+    registered = [v for m in client.search_registered_models() for v in m.latest_versions or ()
+                  if v.run_id == run.info.run_id]
+    assert registered, "the verified ONNX export is registered"

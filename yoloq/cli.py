@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history", "show a job's timeline"),
     "audit": ("audit", "list audit events"),
     "dataset": ("dataset", "dataset tools (synth, updated)"),
+    "engine": ("engine", "install or list engines that need their own environment (YOLO-NAS)"),
     "alerts": ("alerts", "notify a webhook or notification block when a team exceeds its quota"),
     "node": ("node", "run this host's node agent: join the pool and run what the scheduler assigns"),
     "usage": ("usage", "Training Units per team and job, from the segment runs' records"),

@@ -109,6 +109,9 @@ class Settings(BaseSettings):
         "a positive number of GB, e.g. 50", gt=0)
     weights_dir: str | None = setting("YOLOQ_WEIGHTS_DIR", None, "Folder where a bare weights name "
                                       "(`model: yolov8n.pt`) resolves.", "a folder path")
+    engines_dir: str | None = setting("YOLOQ_ENGINES_DIR", None, "Where engines with their own virtual "
+                                      "environment live (`yoloq engine install`; default "
+                                      "~/.local/share/yoloq/engines).", "a folder path")
     smtp_url: str | None = setting("YOLOQ_SMTP_URL", None, "SMTP server for quota mails "
                                    "(smtp://host:25, smtp+starttls://user:pass@host:587, smtps://host:465).",
                                    "an smtp://, smtp+starttls:// or smtps:// URL")

@@ -23,8 +23,10 @@ from yoloq.analysis.models import (
     check_supported,
     model_size,
     resolve_model_name,
+    yolonas_exactness,
     yolov5_exactness,
 )
+from yoloq.analysis.families import YOLO_NAS
 from yoloq.base.errors import DatasetError, ModelError, SpecError
 from yoloq.domain.segments import segment_epochs_for
 from yoloq.domain.spec import WEIGHTS_DIR_ENV, JobSpec, load_spec
@@ -119,7 +121,11 @@ def analyse(spec: JobSpec, gpu: str | None = None, *,
                                         cost.time_factor)
     if not memory.fits:
         warnings.append(_memory_warning(spec, model, memory, target, amp))
-    rule = yolov5_exactness if model.engine == "yolov5" else classify.exactness  # per engine
+    if model.engine == YOLO_NAS:
+        problem = train_args.yolonas_problem(spec.train_args)
+        if problem:
+            raise SpecError(*problem)
+    rule = {"yolov5": yolov5_exactness, YOLO_NAS: yolonas_exactness}.get(model.engine, classify.exactness)
     exact = rule(spec.train_args, spec.batch, train, spec.epochs)
     if exact.reason:
         warnings.append(f"exact_resume: {exact.reason}")
@@ -173,6 +179,11 @@ def _model_warnings(model: ModelInfo, print_: Fingerprint | None, dataset: Datas
     if model.variant and model.variant not in TASK_SUFFIXES:  # a task's own cost is in the estimate
         warnings.append(f"model: estimates use the plain {model.family}{model.scale} figures for the "
                         f"{model.variant} variant")
+    if print_ is not None and print_.family == YOLO_NAS and print_.names != dataset.names:
+        raise ModelError("model", f"{Path(print_.path).name} was trained on {print_.nc} classes {list(print_.names)}, "
+                         f"the dataset has {dataset.nc} {list(dataset.names)}; the YOLO-NAS engine fine-tunes "
+                         "on the same classes only", "fine-tune on a dataset with the same class names, or train "
+                         "from scratch with `model: yolo_nas_s`")
     if print_ is not None and print_.names and print_.names != dataset.names:
         warnings.append(f"model: the checkpoint's {print_.nc} classes differ from the dataset's {dataset.nc}; "
                         "ultralytics re-initialises the head for the dataset's classes")

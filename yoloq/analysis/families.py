@@ -31,16 +31,33 @@ MODEL_SIZES: dict[str, dict[str, tuple[float, float]]] = {
 # Original YOLOv5 v7.0 (anchor-based): the README table of github.com/ultralytics/yolov5.
 MODEL_SIZES["yolov5"] = {"n": (1.9, 4.5), "s": (7.2, 16.5), "m": (21.2, 49.0), "l": (46.5, 109.1),
                          "x": (86.7, 205.7)}
+# YOLO-NAS (super-gradients 3.7.1) as it trains, before its QARepVGG blocks are fused for
+# deployment (Deci's published 12.2/31.9/44.5 M are the fused sizes): measured with
+# `models.get(arch, num_classes=80)` and torch's FlopCounterMode at 640 px.
+MODEL_SIZES["yolo-nas"] = {"s": (19.05, 33.9), "m": (51.18, 94.2), "l": (66.98, 129.0)}
 SUPPORTED_FAMILIES = tuple(MODEL_SIZES)
+YOLO_NAS = "yolo-nas"
+# super-gradients' architecture names, which is how a YOLO-NAS job names its model.
+NAS_NAME = re.compile(r"^yolo_nas_(?P<scale>[sml])$")
+# The train_args a YOLO-NAS job may set -> the engine runner's request field (None: accepted,
+# no effect there: the runner loads data in-process and draws no plots). Any other key is
+# refused at admission, not ignored (`yoloq.engine.yolonas.runner` documents the fields).
+NAS_TRAIN_ARGS: dict[str, str | None] = {
+    "seed": "seed", "lr0": "lr0", "lrf": "lrf", "warmup_epochs": "warmup_epochs", "optimizer": "optimizer",
+    "momentum": "momentum", "weight_decay": "weight_decay", "deterministic": "deterministic",
+    "val": "val", "workers": None, "plots": None}
+NAS_OPTIMIZERS = ("AdamW", "SGD")
 # ultralytics' own short names for the families (as in its docs and model YAML folders).
 VERSIONS = {"yolov5u": "v5u", "yolov8": "v8", "yolov9": "v9", "yolov10": "v10",
-            "yolo11": "11", "yolo12": "12", "yolo26": "26", "yolov5": "v5"}
+            "yolo11": "11", "yolo12": "12", "yolo26": "26", "yolov5": "v5", "yolo-nas": "nas"}
 ULTRALYTICS, YOLOV5 = "ultralytics", "yolov5"
-ENGINES = {**{family: ULTRALYTICS for family in MODEL_SIZES}, "yolov5": YOLOV5}
+ENGINES = {**{family: ULTRALYTICS for family in MODEL_SIZES}, "yolov5": YOLOV5, YOLO_NAS: YOLO_NAS}
 # Recognised, never trained: the reason is the refusal line.
 REFUSED_FAMILIES = {
-    "yolo-nas": "YOLO-NAS is trained by super-gradients; ultralytics ships no trainer for it "
-                "(NAS models predict and validate only), so no yoloq engine can train it",
+    "super-gradients": "a YOLO-NAS file of super-gradients or ultralytics is not a yoloq checkpoint; "
+                       "yoloq's YOLO-NAS engine builds the model from its architecture name "
+                       "(model: yolo_nas_s, yolo_nas_m or yolo_nas_l) and resumes only its own "
+                       "checkpoints",
     "rtdetr": "RT-DETR is a transformer detector with its own trainer and loss; its deformable "
               "attention (grid_sample) has no deterministic CUDA backward, so a resumed segment "
               "cannot continue exactly, and yoloq's exact-resume trainer does not cover it",
@@ -49,8 +66,10 @@ REFUSED_FAMILIES = {
     "yolo-world": "YOLO-World is an open-vocabulary model: training needs CLIP text embeddings from "
                   "a model that ultralytics downloads at train time; yoloq trains offline",
 }
+_REFUSED_FIXES = {"super-gradients": "write `model: yolo_nas_s` (or yolo_nas_m, yolo_nas_l) to train "
+                                      "YOLO-NAS with yoloq's engine (`yoloq engine install yolo-nas`)"}
 _REFUSED_NAMES = (  # (pattern on the file name, family); checked before the YOLO name grammar
-    (re.compile(r"^yolo[-_]?nas"), "yolo-nas"),
+    (re.compile(r"^yolo[-_]?nas.*\.(ya?ml|pt|pth)$"), "super-gradients"),
     (re.compile(r"^rt-?detr"), "rtdetr"),
     (re.compile(r"^yoloe"), "yoloe"),
     (re.compile(r"^yolo(v8|v\d+|\d+)?[a-z]?-world"), "yolo-world"),
@@ -88,12 +107,12 @@ def task_of_yaml(cfg: dict[str, Any]) -> str:
 
 
 def engine_for(family: str) -> str:
-    """The engine that trains a family: "ultralytics" or "yolov5"."""
+    """The engine that trains a family: "ultralytics", "yolov5" or "yolo-nas"."""
     return ENGINES.get(family, ULTRALYTICS)
 
 
 def refused_family_of_name(name: str) -> str:
-    """"yolo-nas", "rtdetr", "yoloe" or "yolo-world" when the file name says so, else ""."""
+    """"super-gradients", "rtdetr", "yoloe" or "yolo-world" when the file name says so, else ""."""
     stem = Path(name).name.lower()
     return next((family for pattern, family in _REFUSED_NAMES if pattern.match(stem)), "")
 
@@ -103,7 +122,8 @@ def refuse_family(field: str, name: str, family: str) -> None:
     if family in REFUSED_FAMILIES:
         raise ModelError(field, f"{Path(name).name!r} is a {family} model, not trained here: "
                          f"{REFUSED_FAMILIES[family]}",
-                         "train a YOLO detect model (e.g. yolo11n.yaml, or an original YOLOv5 YAML)")
+                         _REFUSED_FIXES.get(family, "train a YOLO detect model (e.g. yolo11n.yaml, or an "
+                                                    "original YOLOv5 YAML)"))
 
 
 def is_yolov5_cfg(cfg: Any) -> bool:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from yoloq.analysis.families import (
     VERSIONS,
+    YOLO_NAS,
     YOLOV5,
     engine_for,
     is_yolov5_cfg,
@@ -146,7 +147,7 @@ class Fingerprint:
 
     @property
     def engine(self) -> str:
-        """The engine that trains this family: "ultralytics" or "yolov5"."""
+        """The engine that trains this family: "ultralytics", "yolov5" or "yolo-nas"."""
         return engine_for(self.family)
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +158,8 @@ class Fingerprint:
 def read_header(path: str | Path, field: str = "model") -> dict[str, Any]:
     """Unpickle `*/data.pkl` of a torch zip checkpoint with stubs; raise ModelError if not one."""
     header = _load_header(path, field)
+    if is_yolonas_header(header):
+        return header
     refuse_family(field, str(path), _foreign_family(header))
     if not isinstance(header, dict) or not ({"model", "ema"} & header.keys()):
         raise ModelError(field, f"{Path(path).name} is not a YOLO checkpoint (no model in it)",
@@ -186,17 +189,41 @@ def _load_header(path: str | Path, field: str) -> Any:
 
 
 def _foreign_family(header: Any) -> str:
-    """"yolo-nas" for super-gradients files (a pickled model, or a training checkpoint), else ""."""
+    """"super-gradients" for its files (a pickled model, or a training checkpoint), else ""."""
     if isinstance(header, Stub) and header._module.startswith("super_gradients"):
-        return "yolo-nas"
+        return "super-gradients"
     if isinstance(header, dict) and "net" in header and not ({"model", "ema"} & header.keys()):
-        return "yolo-nas"  # super-gradients' Trainer saves {"net": state_dict, "ema_net", ...}
+        return "super-gradients"  # its Trainer saves {"net": state_dict, "ema_net", ...}
     return ""
+
+
+def is_yolonas_header(header: Any) -> bool:
+    """A checkpoint of yoloq's YOLO-NAS engine (`yoloq/engine/yolonas/runner.py`): plain
+    state_dicts and a `yoloq` marker naming the engine."""
+    marker = header.get("yoloq") if isinstance(header, dict) else None
+    return isinstance(marker, dict) and marker.get("engine") == YOLO_NAS
+
+
+def _yolonas_fingerprint(path: str | Path, header: dict[str, Any]) -> Fingerprint:
+    marker, hyp = header["yoloq"], _as_dict(header.get("hyp"))
+    arch = str(marker.get("arch") or hyp.get("arch") or "")
+    names = _names(header.get("names"))
+    done = int(header.get("epoch") or 0)  # the runner counts epochs done (1-based)
+    return Fingerprint(
+        path=str(Path(path).resolve()), family=YOLO_NAS, version=VERSIONS[YOLO_NAS],
+        scale=arch.rsplit("_", 1)[-1], task="detect", nc=len(names), names=names, model_yaml=arch,
+        resumable=bool(marker.get("resumable")), epoch=done - 1, epochs_done=done,
+        epochs_planned=int(header.get("epochs") or hyp.get("epochs") or 0),
+        imgsz=_int_or_none(hyp.get("imgsz")), ultralytics_version="", date=str(marker.get("date") or ""),
+        model_class=arch, engine_version=str(marker.get("super_gradients") or ""),
+    )
 
 
 def fingerprint(path: str | Path, field: str = "model") -> Fingerprint:
     """Fingerprint a checkpoint: family, scale, task, classes, resumable or final, epochs."""
     header = read_header(path, field)
+    if is_yolonas_header(header):
+        return _yolonas_fingerprint(path, header)
     model = header.get("ema") or header.get("model")
     if isinstance(model, Stub) and _is_yolov5_model(model):
         return _yolov5_fingerprint(path, header, model)

@@ -27,9 +27,11 @@ import yaml
 
 from yoloq.analysis.families import (  # the lower layer, shared with fingerprint
     MODEL_SIZES,
+    NAS_NAME,
     SUPPORTED_FAMILIES,
     ULTRALYTICS,
     VERSIONS,
+    YOLO_NAS,
     YOLOV5,
     engine_for,
     parse_model_name,
@@ -87,6 +89,9 @@ def resolve_model_name(name: str, field: str = "model") -> ModelInfo:
     A path to an existing YAML in the yolov5 repository format (with `anchors:`) is
     original YOLOv5; every other name resolves among ultralytics' shipped YAMLs.
     """
+    nas = NAS_NAME.match(name.strip().lower())
+    if nas:
+        return yolonas_info(name, nas["scale"])
     if not name.lower().endswith((".yaml", ".yml")):
         if name.lower().endswith(".pth") and Path(name).is_file():  # super-gradients' suffix
             read_header(name, field)  # a YOLO-NAS (super-gradients) checkpoint is refused with why
@@ -112,9 +117,19 @@ def resolve_model_name(name: str, field: str = "model") -> ModelInfo:
                      variant=variant, params_m=params_m, gflops=gflops, yaml_path=str(path))
 
 
+def yolonas_info(name: str, scale: str) -> ModelInfo:
+    """A YOLO-NAS architecture name (`yolo_nas_s`): built by super-gradients, no file."""
+    params_m, gflops = model_size(YOLO_NAS, scale)
+    return ModelInfo(name=name.strip().lower(), family=YOLO_NAS, version=VERSIONS[YOLO_NAS], scale=scale,
+                     task="detect", variant="", params_m=params_m, gflops=gflops, yaml_path="")
+
+
 def engine_of_model(model: str) -> str:
-    """The engine for a spec's `model` (a YAML or a .pt): "yolov5" only when recognised as
-    original YOLOv5; anything else goes to ultralytics, which reports its own errors."""
+    """The engine for a spec's `model` (a name, a YAML or a .pt): "yolo-nas" for a YOLO-NAS
+    architecture name or checkpoint, "yolov5" when recognised as original YOLOv5; anything
+    else goes to ultralytics, which reports its own errors."""
+    if NAS_NAME.match(str(model).strip().lower()):
+        return YOLO_NAS
     if str(model).lower().endswith(".pt"):
         try:
             return fingerprint(model).engine
@@ -231,6 +246,18 @@ def yolov5_exactness(train_args: dict[str, Any], batch: int, train_images: int, 
                   f"stepped, so a resume at those boundaries may differ (fix: batch >= 43 keeps every "
                   f"boundary exact)")
     return Exactness(not risky, reason, accumulate, batches, risky, None)
+
+
+def yolonas_exactness(train_args: dict[str, Any], batch: int, train_images: int, epochs: int) -> Any:
+    """classify.Exactness for the YOLO-NAS engine: it steps the optimizer every batch (no
+    accumulation) and saves every RNG stream, so each boundary is exact when deterministic."""
+    from yoloq.analysis.classify import Exactness
+
+    batches = max(1, -(-train_images // batch))
+    if train_args.get("deterministic", True) is False:
+        return Exactness(False, "train_args.deterministic is false: kernels may differ after a resume "
+                         "(fix: remove it or set it to true)", 1, batches, (), None)
+    return Exactness(True, None, 1, batches, (), None)
 
 
 def model_size(family: str, scale: str) -> tuple[float, float]:

@@ -215,6 +215,20 @@ def _classes(value: Any) -> Problem | None:
                    "write e.g. `classes: [0, 2]`")
 
 
+def yolonas_problem(args: dict[str, Any]) -> Problem | None:
+    """(field, problem, fix) for the first train_arg the YOLO-NAS engine does not take."""
+    from yoloq.analysis.families import NAS_OPTIMIZERS, NAS_TRAIN_ARGS
+
+    for key, value in args.items():
+        if key not in NAS_TRAIN_ARGS:
+            return Problem(f"train_args.{key}", "is not a YOLO-NAS training argument (its engine would not use it)",
+                    f"remove it; a YOLO-NAS job takes {', '.join(NAS_TRAIN_ARGS)}")
+        if key == "optimizer" and value not in NAS_OPTIMIZERS:
+            return Problem("train_args.optimizer", f"{value!r} is not an optimizer of the YOLO-NAS engine",
+                    f"use {' or '.join(NAS_OPTIMIZERS)}")
+    return None
+
+
 def advice(args: dict[str, Any]) -> list[str]:
     """Warnings for values that are valid but do something a user may not expect."""
     notes = []

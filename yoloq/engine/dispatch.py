@@ -1,7 +1,7 @@
 """`run_segment`: the model's family picks the engine that trains the segment.
 
-Above both engines (`segment` for ultralytics, `yolov5`), which build on the segment
-protocol in `segment`, so neither engine imports the other.
+Above the engines (`segment` for ultralytics, `yolov5`, `yolonas`), which build on the
+segment protocol in `segment`, so no engine imports another.
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ def run_segment(request: SegmentRequest, hooks: SegmentHooks | None = None) -> S
     """Train one segment in this process and return where its outputs are."""
     from yoloq.analysis.models import engine_of_model
 
-    if engine_of_model(request.spec.model) == "yolov5":
+    engine = engine_of_model(request.spec.model)
+    if engine == "yolov5":
         from yoloq.engine.yolov5 import run_segment as run_yolov5
 
         return run_yolov5(request, hooks)
+    if engine == "yolo-nas":  # in its own environment, as a child process
+        from yoloq.engine.yolonas.segment import run_segment as run_yolonas
+
+        return run_yolonas(request, hooks)
     return run_ultralytics_segment(request, hooks)

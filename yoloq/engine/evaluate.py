@@ -42,6 +42,9 @@ def quiet_ultralytics() -> None:
 def evaluate(weights: Path, data: Path, imgsz: int, batch: int, device: str = "cpu",
              workdir: Path | None = None, *, workers: int = 2) -> EvalResult:
     """Run ultralytics validation of `weights` on the test split (or val)."""
+    if is_yolonas_weights(weights):  # YOLO-NAS: super-gradients' metrics, in the engine's environment
+        from yoloq.engine.yolonas.finalise import evaluate as evaluate_yolonas
+        return evaluate_yolonas(weights, data, imgsz, batch, workdir)
     if is_yolov5_weights(weights):  # original YOLOv5: ultralytics cannot load it; yolov5's own val does
         from yoloq.engine.yolov5.finalise import evaluate as evaluate_yolov5
         return evaluate_yolov5(weights, data, imgsz, batch, device, workdir, workers=workers)
@@ -60,6 +63,13 @@ def is_yolov5_weights(weights: Path) -> bool:
     from yoloq.analysis.models import YOLOV5, engine_of_model
 
     return engine_of_model(str(weights)) == YOLOV5
+
+
+def is_yolonas_weights(weights: Path) -> bool:
+    """True when `weights` is a checkpoint of yoloq's YOLO-NAS engine."""
+    from yoloq.analysis.models import YOLO_NAS, engine_of_model
+
+    return engine_of_model(str(weights)) == YOLO_NAS
 
 
 def metrics_of(results: Any) -> dict[str, float]:

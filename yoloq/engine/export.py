@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from yoloq.base.errors import UserError
-from yoloq.engine.evaluate import is_yolov5_weights, load_yolo, metrics_of
+from yoloq.engine.evaluate import is_yolonas_weights, is_yolov5_weights, load_yolo, metrics_of
 from yoloq.engine.model_results import (ExportedModel, ExportVerificationError, output_difference,
                                         validation_folder)
 from yoloq.domain.spec import EXPORT_FORMATS
@@ -32,6 +32,9 @@ def export(weights: Path, formats: list[str], dest_dir: Path, data: Path, imgsz:
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     source = _copy_into(Path(weights), dest_dir)
+    if is_yolonas_weights(source):  # YOLO-NAS: exported and verified in the engine's environment
+        from yoloq.engine.yolonas.finalise import export as export_yolonas
+        return export_yolonas(source, chosen, Path(data), imgsz)
     if is_yolov5_weights(source):  # original YOLOv5: exported and verified with the yolov5 package
         from yoloq.engine.yolov5.finalise import export as export_yolov5
         return export_yolov5(source, chosen, Path(data), imgsz, device)

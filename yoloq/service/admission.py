@@ -88,6 +88,7 @@ def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = 
 
         try:
             analysis = analyse(resolve_model(spec), gpu=gpu, validate=validate or validate_dataset)  # bad input stops here: no run created, no GPU time
+            require_engine(analysis)
         except UserError as exc:
             return Verdict(None, exc, SPEC)
     if pool is None:
@@ -105,6 +106,18 @@ def admit(spec: Any, gpu: str | None, pool: PoolContext | None, analysis: Any = 
     except UserError as exc:
         return Verdict(analysis, exc, FIT, notes=tuple(notes))
     return Verdict(analysis, fit=fit, notes=tuple(notes))
+
+
+def require_engine(analysis: Any) -> None:
+    """An engine with its own environment (YOLO-NAS) must be installed on this host: its
+    jobs are refused here, naming the install command, rather than failing on a GPU.
+    (A cluster installs it on every node and on the host that admits.)"""
+    from yoloq.analysis.families import YOLO_NAS
+
+    if analysis.family == YOLO_NAS:
+        from yoloq.engine.environments import require
+
+        require(YOLO_NAS)
 
 
 def _error_dict(exc: UserError) -> dict[str, Any]:
