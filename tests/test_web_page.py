@@ -149,6 +149,7 @@ def test_queue_job_usage_and_rules_pages(yoloq_stack, preempted_and_waiting, bro
     assert f"preempted by {urgent}" in (marker.text_content() or "")
     assert page.locator("#timeline svg g.segment").count() >= 1
     assert page.locator("#history tr.preempted").count() == 1
+    assert page.locator("#mlflow-link").count() == 1, page.locator("#mlflow").inner_text()  # what it shows instead
     assert page.locator("#mlflow-link").inner_text()  # the job's MLflow run
     assert page.locator("#mlflow svg.curve").count() >= 1  # epoch 1's metrics
     page.screenshot(path=str(JOB_SCREENSHOT), full_page=True)
