@@ -265,3 +265,27 @@ def test_bookkeeping_retries_a_transient_500_and_logs_it(tracking_uri: str, tmp_
     with pytest.raises(MlflowException, match="no such run"):
         tracker.finish(run_id)
     assert not tracking.is_transient(MlflowException("x", error_code=RESOURCE_DOES_NOT_EXIST))
+
+
+def test_a_new_sqlite_store_lets_readers_in_while_a_writer_holds_its_lock(tracking_uri: str) -> None:
+    """A segment stopped mid-transaction (frozen, or hung on a disk) must not lock the job
+    page and `yoloq status` out: the store is in write-ahead-log mode from its first use."""
+    import sqlite3
+    import time
+
+    tracker = JobTracker(tracking_uri, "yoloq-test")
+    run_id = tracker.run_for_job("job-wal", params={"train": {"epochs": 1}})
+    db_path = tracking_uri.removeprefix("sqlite:///")
+    with sqlite3.connect(db_path) as probe:
+        assert probe.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    writer = sqlite3.connect(db_path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE runs SET name = name")  # a write in progress, its lock held
+    try:
+        began = time.monotonic()
+        reader = JobTracker(tracking_uri, "yoloq-test")
+        assert reader.client.get_run(run_id).data.tags[TAG_JOB_ID] == "job-wal"
+        assert time.monotonic() - began < 10, "the read waited for the writer"
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

@@ -82,6 +82,9 @@ def segment_bar(seg: Any, now: float) -> Bar | None:
                preempt_reason=preempt_reason(seg) if preempted else "")
 
 
+MLFLOW_READ_S = 15.0  # how long the job page retries a transient MLflow error
+
+
 def mlflow_run(job_id: str) -> dict[str, Any]:
     """The job's MLflow run: id, link (when the store is an MLflow server) and metric curves.
     A store that cannot be read is reported in `error` (shown on the page), not hidden."""
@@ -90,17 +93,26 @@ def mlflow_run(job_id: str) -> dict[str, Any]:
     from blocks import stores
     from yoloq.records.tracking import TAG_JOB_ID
 
-    try:
-        uri, experiment = stores.mlflow_tracking_uri()
-        client = MlflowClient(uri)
+    from yoloq.records.tracking import retrying
+
+    def read() -> tuple[Any, Any, dict[str, Any]]:
         exp = client.get_experiment_by_name(experiment)
         runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{TAG_JOB_ID}` = '{job_id}'",
                                   max_results=1) if exp else []
         if not runs:
+            return exp, None, {}
+        curves = {m: [(h.step, h.value) for h in client.get_metric_history(runs[0].info.run_id, m)]
+                  for m in task_of_metrics(runs[0].data.metrics).curves}
+        return exp, runs[0], curves
+
+    try:
+        uri, experiment = stores.mlflow_tracking_uri()
+        client = MlflowClient(uri)
+        # A SQLite store is locked while a segment writes ("database is locked"): a transient
+        # error, asked again for a few seconds before the page says the store is unreadable.
+        exp, run, curves = retrying("reading the job's run for its page", read, limit_s=MLFLOW_READ_S)
+        if run is None:
             return {"uri": uri, "run_id": None, "curves": {}}
-        run = runs[0]
-        curves = {m: [(h.step, h.value) for h in client.get_metric_history(run.info.run_id, m)]
-                  for m in task_of_metrics(run.data.metrics).curves}
     except Exception as exc:  # noqa: BLE001 (shown on the page: the rest of it is still useful)
         return {"error": f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     link = (f"{uri.rstrip('/')}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}"

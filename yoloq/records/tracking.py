@@ -19,6 +19,7 @@ the segment buffers them and delivers them later.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 
 import logging
@@ -328,9 +329,21 @@ def _first_use_lock(tracking_uri: str) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
+            use_wal(db_path)
             ready.touch()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def use_wal(db_path: str) -> None:
+    """Put the SQLite store in write-ahead-log mode (kept in the file): readers (the job page,
+    `yoloq status`) then never wait for a writer. In the default rollback journal a segment
+    stopped mid-transaction (frozen, or hung on a disk) locked every reader out: the job page
+    said "database is locked" after SQLite's 20 s wait (a CI run)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db_path, timeout=30)) as db:
+        db.execute("PRAGMA journal_mode=WAL")
 
 
 @contextmanager
