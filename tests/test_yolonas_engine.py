@@ -165,3 +165,25 @@ def test_fine_tuning_starts_from_a_finished_jobs_weights(runs, data, tmp_path):
     from yoloq.analysis.fingerprint import fingerprint
 
     assert fingerprint(tuned.checkpoint).model_yaml == "yolo_nas_s"
+
+
+def test_the_engine_runs_this_environments_torch_linked_not_copied():
+    """torch, torchvision and the CUDA libraries are linked (about 5.5 GB not copied); numpy is
+    the engine's own 1.23.5."""
+    import subprocess
+
+    import torch
+
+    from yoloq.engine.environments import engine_env
+
+    done = subprocess.run([str(YOLO_NAS.python), "-c",
+                           "import os, torch, numpy; print(os.path.realpath(torch.__file__)); "
+                           "print(torch.__version__); print(numpy.__version__)"],
+                          capture_output=True, text=True, env=engine_env(), check=True)
+    torch_file, version, numpy_version = done.stdout.split()
+    assert Path(torch_file) == Path(torch.__file__).resolve()
+    assert version == torch.__version__
+    assert numpy_version == "1.23.5"
+    assert not (YOLO_NAS.site_packages / "torch").exists()
+    size = sum(f.stat().st_size for f in YOLO_NAS.root.rglob("*") if f.is_file() and not f.is_symlink())
+    assert size < 2 * 2**30, f"the engine environment holds {size / 2**30:.1f} GB: is torch copied?"

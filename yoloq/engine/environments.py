@@ -5,12 +5,15 @@ onnx==1.15.0, onnxruntime==1.15.0, ...) cannot be satisfied beside ultralytics. 
 virtual environment of its own under `YOLOQ_ENGINES_DIR` (`yoloq engine install yolo-nas`),
 and its segments run in that environment's Python (`yoloq.engine.yolonas`).
 
-Installing: a venv; the torch and torchvision this environment runs (pip, which takes them
-from the local wheel store where one is configured); then the engine's packages through uv
-with `--override` for the pins no release satisfies on Python 3.11 (numpy 1.23.0 has no
-cp311 wheel: 1.23.5 is used), the caps that keep numpy-dependent packages at releases that
-still support numpy 1.23, and older onnxsim and tensorboard whose newer releases need
-packages the pins exclude. The last step imports the engine with the network closed; the
+Installing: a fresh venv; torch and torchvision (with the CUDA libraries and triton that torch
+pins exactly) are not installed a second time but linked from this environment into a folder
+the engine's `sys.path` ends with (a `.pth` file): about 5.5 GB saved per host, and the engine
+runs the very torch build the main environment runs. Then the engine's packages are resolved
+through uv with `--override` for the pins no release satisfies on Python 3.11 (numpy 1.23.0 has
+no cp311 wheel: 1.23.5 is used), the caps that keep numpy-dependent packages at releases that
+still support numpy 1.23, and older onnxsim and tensorboard whose newer releases need packages
+the pins exclude; what the resolution lists, less the linked distributions, is installed
+without further resolution. The last step imports the engine with the network closed; the
 `.installed` marker (the requirement lines' hash) is written only then, so a half-finished
 install is never taken for a working one.
 """
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,10 +33,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from yoloq.base.errors import UserError
 from yoloq.settings import settings
 
 MARKER = ".installed"
+SHARED = "shared-torch"  # the folder of links to this environment's torch
+SHARED_PTH = "yoloq-shared-torch.pth"
 
 
 @dataclass(frozen=True)
@@ -52,15 +61,22 @@ class EngineEnvironment:
     def python(self) -> Path:
         return self.root / "bin" / "python"
 
+    @property
+    def site_packages(self) -> Path:
+        return self.root / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
     def requirement_lines(self) -> list[str]:
-        return [*torch_pins(), *self.packages, "--", *self.overrides]
+        return [*torch_pins(), f"shared from {_main_site_packages()}", *self.packages, "--", *self.overrides]
 
     def fingerprint(self) -> str:
         return hashlib.sha256("\n".join(self.requirement_lines()).encode()).hexdigest()[:16]
 
     def installed(self) -> bool:
         marker = self.root / MARKER
-        return self.python.is_file() and marker.is_file() and marker.read_text().strip() == self.fingerprint()
+        shared = self.root / SHARED
+        return (self.python.is_file() and marker.is_file()
+                and marker.read_text().strip() == self.fingerprint()
+                and shared.is_dir() and all(link.exists() for link in shared.iterdir()))
 
 
 YOLO_NAS = EngineEnvironment(
@@ -119,30 +135,101 @@ def torch_pins() -> list[str]:
 
 
 def install(name: str, echo: Callable[[str], None] = print, force: bool = False) -> Path:
-    """Create (or repair) the engine's environment; returns its Python. Each step is echoed
-    with its duration; a failing step raises UserError with the command and its last line."""
+    """Create the engine's environment afresh (an old or half-finished one is removed first);
+    returns its Python. Each step is echoed with its duration; a failing step raises UserError
+    with the command and its last line."""
     env = environment(name)
     if env.installed() and not force:
         echo(f"{name}: already installed in {env.root}")
         return env.python
+    if env.root.exists():
+        echo(f"  remove the previous environment in {env.root}")
+        shutil.rmtree(env.root)
     env.root.parent.mkdir(parents=True, exist_ok=True)
-    (env.root / MARKER).unlink(missing_ok=True)
-    if not env.python.is_file():
-        _step(echo, "create the virtual environment", [sys.executable, "-m", "venv", str(env.root)])
+    _step(echo, "create the virtual environment", [sys.executable, "-m", "venv", str(env.root)])
     pip = [str(env.python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _step(echo, f"install {' '.join(torch_pins())} (pip; a local wheel store is used when configured)",
-          [*pip, *torch_pins()])
     _step(echo, "install uv (the resolver that takes overrides)", [*pip, "uv"])
+    uv = str(env.root / "bin" / "uv")
     with tempfile.TemporaryDirectory() as scratch:
-        overrides = Path(scratch) / "overrides.txt"
+        overrides, wanted, resolved = (Path(scratch) / n for n in ("overrides.txt", "in.txt", "resolved.txt"))
         overrides.write_text("\n".join([*torch_pins(), *env.overrides]) + "\n")
-        _step(echo, f"install {', '.join(env.packages)} with {len(env.overrides)} overrides",
-              [str(env.root / "bin" / "uv"), "pip", "install", "--python", str(env.python),
-               *env.packages, "--override", str(overrides)])
+        wanted.write_text("\n".join([*torch_pins(), *env.packages]) + "\n")
+        _step(echo, f"resolve {', '.join(env.packages)} with {len(env.overrides)} overrides",
+              [uv, "pip", "compile", "--python", str(env.python), "--no-header", "--no-annotate",
+               "--quiet", str(wanted), "--override", str(overrides), "-o", str(resolved)])
+        pins = _pins(resolved.read_text())
+        linked = _link_shared(env, pins)
+        echo(f"  linked {len(linked)} distributions from this environment (torch, torchvision, "
+             f"the CUDA libraries): not installed a second time")
+        resolved.write_text("".join(f"{n}=={v}\n" for n, v in pins.items() if n not in linked))
+        _step(echo, f"install the {len(pins) - len(linked)} other resolved packages",
+              [uv, "pip", "install", "--python", str(env.python), "--no-deps", "-r", str(resolved)])
     _step(echo, "import it with the network closed", [str(env.python), "-c", _offline(env.check)])
     (env.root / MARKER).write_text(env.fingerprint() + "\n")
     echo(f"{name}: installed in {env.root}")
     return env.python
+
+
+def torch_closure() -> dict[str, metadata.Distribution]:
+    """torch, torchvision and everything they require here (extras followed, markers
+    evaluated), by normalised name: the distributions an engine may link."""
+    found: dict[str, metadata.Distribution] = {}
+    todo: list[tuple[str, frozenset[str]]] = [("torch", frozenset()), ("torchvision", frozenset())]
+    while todo:
+        name, extras = todo.pop()
+        name = _name(name)
+        if name not in found:
+            try:
+                found[name] = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                if name in ("torch", "torchvision"):
+                    raise UserError("engine", f"{name} is not installed in this environment",
+                                    "install yoloq with its dependencies first (`make install`)") from None
+                continue  # a requirement this platform's install did not need
+        for line in found[name].requires or []:
+            requirement = Requirement(line)
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": e}) for e in ("", *extras)):
+                todo.append((requirement.name, frozenset(requirement.extras)))
+    return found
+
+
+def _link_shared(env: EngineEnvironment, pins: dict[str, str]) -> set[str]:
+    """Link into the engine's SHARED folder every top-level entry (package, .libs, dist-info) of
+    the torch closure's distributions that the engine's resolution pins at the very version this
+    environment holds, and end the engine's sys.path with that folder. A distribution pinned at
+    another version (numpy, pillow) is installed in the engine instead, and shadows nothing here."""
+    shared = env.root / SHARED
+    shared.mkdir()
+    site = _main_site_packages()
+    linked = {name for name, dist in torch_closure().items() if pins.get(name) == dist.version}
+    for name in linked:
+        for entry in {Path(str(f)).parts[0] for f in metadata.distribution(name).files or []} - {"..", "__pycache__"}:
+            target = site / entry
+            if target.exists() and not (shared / entry).exists():
+                (shared / entry).symlink_to(target)
+    (env.site_packages / SHARED_PTH).write_text(f"{shared}\n")
+    return linked
+
+
+def _pins(resolved: str) -> dict[str, str]:
+    """`name==version` lines of a uv resolution, by normalised name."""
+    pins = {}
+    for line in resolved.splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split(";")[0].split("==", 1)
+            pins[_name(name)] = version.strip()
+    return pins
+
+
+def _main_site_packages() -> Path:
+    return Path(metadata.distribution("torch").locate_file("")).resolve()
+
+
+def _name(requirement: str) -> str:
+    """The normalised distribution name a requirement line starts with (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[\s=<>!~;\[]", requirement.strip(), maxsplit=1)[0]).lower()
 
 
 def _offline(code: str) -> str:
