@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,44 @@ def sqlite_writes_begin_immediate() -> None:
     configurations.AioSqliteConfiguration.begin_transaction = begin_transaction
 
 
+REMEMBERED_CHECKS = 256  # distinct (pool template, job variables) combinations remembered
+
+
+def job_variable_checks_remembered() -> None:
+    """Check a new deployment run's job variables once per distinct input, not once per run.
+
+    Prefect checks every run it creates from a deployment against the work pool's variables
+    schema: the schema against its meta-schema, every default, then the merged variables (the
+    larger part of the server's time in a bulk submission; `bench/job_variable_checks.py`). The
+    answer depends only on the pool's template and the deployment's and the run's job
+    variables, so an accepted combination is remembered (the newest REMEMBERED_CHECKS). A refusal
+    is never remembered, and a template or variables naming a block document (read from the
+    database) are checked every time. Run updates (`flow_runs`) are left as they are.
+    """
+    from prefect.server.api import deployments
+
+    stock = deployments.validate_job_variables_for_deployment_flow_run
+    accepted: OrderedDict[str, None] = OrderedDict()
+
+    async def remembered(session, deployment, flow_run) -> None:
+        pool = deployment.work_queue.work_pool if deployment.work_queue else None
+        if pool is None:
+            return await stock(session, deployment, flow_run)
+        key = json.dumps([pool.name, pool.base_job_template, deployment.job_variables or {},
+                          flow_run.job_variables or {}], sort_keys=True, default=str)
+        if key in accepted:
+            accepted.move_to_end(key)
+            return None
+        await stock(session, deployment, flow_run)
+        if '"block_document_id"' not in key:
+            accepted[key] = None
+            while len(accepted) > REMEMBERED_CHECKS:
+                accepted.popitem(last=False)
+        return None
+
+    deployments.validate_job_variables_for_deployment_flow_run = remembered
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -76,6 +115,7 @@ def main() -> None:
     collections.get_collection_view = bundled_collection_view
     database_outage_is_retryable()
     sqlite_writes_begin_immediate()
+    job_variable_checks_remembered()
     uvicorn.run(app=create_app(final=True), host=args.host, port=args.port, log_level="info",
                 timeout_keep_alive=5)
 
