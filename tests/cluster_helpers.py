@@ -35,6 +35,21 @@ def cluster_services() -> dict[str, str]:
     return env
 
 
+def remove_s3_prefixes(services: dict[str, str], *prefixes: str) -> None:
+    """Delete a finished pool's objects (its checkpoints and MLflow artifacts): a full run
+    uploads gigabytes to the one S3 server, and a CI host ran out of disk."""
+    from blocks.s3 import make_s3_client
+
+    client = make_s3_client(services["YOLOQ_S3_ENDPOINT_URL"], "us-east-1",
+                            services["AWS_ACCESS_KEY_ID"], services["AWS_SECRET_ACCESS_KEY"])
+    bucket = services["YOLOQ_S3_BUCKET"]
+    for prefix in prefixes:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+
 def fresh_database(url: str, name: str) -> str:
     """A new, empty database beside the one in `url` (its URL): pools never share a schema,
     so two test runs on one PostgreSQL cannot reset each other's server."""
@@ -163,6 +178,7 @@ def cluster_pool(tmp: Path, first_node: str, first_declared: str,
         mlflow_server.stop(server)
         os.environ.clear()
         os.environ.update(saved)
+        remove_s3_prefixes(services, f"ckpt-{run}", f"mlflow-{run}")
 
 
 def _stop(agent: subprocess.Popen) -> None:

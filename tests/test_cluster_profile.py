@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from cluster_helpers import cluster_services, reset_prefect_database
+from cluster_helpers import cluster_services, remove_s3_prefixes, reset_prefect_database
 from stack_helpers import wait_final, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.service, pytest.mark.training]
@@ -59,6 +59,7 @@ def test_a_job_runs_on_postgres_s3_and_an_mlflow_server(cluster_env, tiny_datase
     finally:
         cli("down")
         mlflow_server.stop(server)
+        remove_s3_prefixes(cluster_env, f"ckpt-{run}", f"mlflow-{run}")
     assert not (home / "checkpoints").exists() or not any((home / "checkpoints").iterdir()), \
         "checkpoints live in S3, not on the node"
     assert _alive(server.pid) is False, "the MLflow server and its workers are gone"
