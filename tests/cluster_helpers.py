@@ -37,17 +37,18 @@ def cluster_services() -> dict[str, str]:
 
 def remove_s3_prefixes(services: dict[str, str], *prefixes: str) -> None:
     """Delete a finished pool's objects (its checkpoints and MLflow artifacts): a full run
-    uploads gigabytes to the one S3 server, and a CI host ran out of disk."""
-    from blocks.s3 import make_s3_client
+    uploads gigabytes to the one S3 server, and a CI host ran out of disk. Deleted through the
+    S3 checkpoint store's own batched delete, which raises on an object S3 refused to delete."""
+    from blocks.s3 import S3CheckpointStore
 
-    client = make_s3_client(services["YOLOQ_S3_ENDPOINT_URL"], "us-east-1",
-                            services["AWS_ACCESS_KEY_ID"], services["AWS_SECRET_ACCESS_KEY"])
-    bucket = services["YOLOQ_S3_BUCKET"]
     for prefix in prefixes:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
-            if keys:
-                client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+        store = S3CheckpointStore(bucket=services["YOLOQ_S3_BUCKET"], prefix=prefix,
+                                  endpoint_url=services["YOLOQ_S3_ENDPOINT_URL"],
+                                  access_key_id=services["AWS_ACCESS_KEY_ID"],
+                                  secret_access_key=services["AWS_SECRET_ACCESS_KEY"])
+        root = f"{prefix}/"
+        pages = store.client().get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=root)
+        store._delete_keys([item["Key"][len(root):] for page in pages for item in page.get("Contents", [])])
 
 
 def fresh_database(url: str, name: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import metadata
 
 from yoloq.engine import environments
-from yoloq.engine.environments import MARKER, SHARED, YOLO_NAS, _name, _pins, torch_closure
+from yoloq.engine.environments import MARKER, SHARED, YOLO_NAS, _pins, torch_closure
 
 
 def test_the_torch_closure_holds_torch_its_cuda_libraries_and_numpy():
@@ -17,10 +17,9 @@ def test_the_torch_closure_holds_torch_its_cuda_libraries_and_numpy():
     assert all(dist.version for dist in closure.values())
 
 
-def test_requirement_names_are_normalised_and_uv_pins_parsed():
-    assert _name("Typing_Extensions>=4") == "typing-extensions"
-    assert _name("nvidia-cuda-runtime==13.0.96; sys_platform == 'linux'") == "nvidia-cuda-runtime"
-    assert _name("super.gradients[extra]==3.7.1") == "super-gradients"
+def test_uv_pins_are_parsed_by_normalised_name():
+    assert _pins("Typing_Extensions==4.12.2\nsuper.gradients[extra]==3.7.1\nnvidia-cuda-runtime==13.0.96; sys_platform == 'linux'\n") == {
+        "typing-extensions": "4.12.2", "super-gradients": "3.7.1", "nvidia-cuda-runtime": "13.0.96"}
     assert _pins("numpy==1.23.5\n# comment\nPillow==11.0.0 ; python_version >= '3.8'\n") == {
         "numpy": "1.23.5", "pillow": "11.0.0"}
 

@@ -20,9 +20,9 @@ install is never taken for a working one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from yoloq.base.errors import UserError
 from yoloq.settings import settings
@@ -177,7 +178,7 @@ def torch_closure() -> dict[str, metadata.Distribution]:
     todo: list[tuple[str, frozenset[str]]] = [("torch", frozenset()), ("torchvision", frozenset())]
     while todo:
         name, extras = todo.pop()
-        name = _name(name)
+        name = canonicalize_name(name)
         if name not in found:
             try:
                 found[name] = metadata.distribution(name)
@@ -202,14 +203,14 @@ def _link_shared(env: EngineEnvironment, pins: dict[str, str]) -> set[str]:
     shared = env.root / SHARED
     shared.mkdir()
     site = _main_site_packages()
-    linked = {name for name, dist in torch_closure().items() if pins.get(name) == dist.version}
-    for name in linked:
-        for entry in {Path(str(f)).parts[0] for f in metadata.distribution(name).files or []} - {"..", "__pycache__"}:
+    linked = {name: dist for name, dist in torch_closure().items() if pins.get(name) == dist.version}
+    for dist in linked.values():
+        for entry in {Path(str(f)).parts[0] for f in dist.files or []} - {"..", "__pycache__"}:
             target = site / entry
             if target.exists() and not (shared / entry).exists():
                 (shared / entry).symlink_to(target)
     (env.site_packages / SHARED_PTH).write_text(f"{shared}\n")
-    return linked
+    return set(linked)
 
 
 def _pins(resolved: str) -> dict[str, str]:
@@ -217,19 +218,18 @@ def _pins(resolved: str) -> dict[str, str]:
     pins = {}
     for line in resolved.splitlines():
         line = line.split("#")[0].strip()
-        if "==" in line:
-            name, version = line.split(";")[0].split("==", 1)
-            pins[_name(name)] = version.strip()
+        if line:
+            requirement = Requirement(line)
+            exact = [spec.version for spec in requirement.specifier if spec.operator == "=="]
+            if exact:
+                pins[canonicalize_name(requirement.name)] = exact[0]
     return pins
 
 
+@functools.cache
 def _main_site_packages() -> Path:
+    """Where this environment's torch lives (admission reads it through the fingerprint)."""
     return Path(metadata.distribution("torch").locate_file("")).resolve()
-
-
-def _name(requirement: str) -> str:
-    """The normalised distribution name a requirement line starts with (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[\s=<>!~;\[]", requirement.strip(), maxsplit=1)[0]).lower()
 
 
 def _offline(code: str) -> str:
