@@ -112,10 +112,13 @@ def main() -> None:
     from prefect.server.api import collections
     from prefect.server.api.server import create_app
 
+    from yoloq.ops import scheduled_runs
+
     collections.get_collection_view = bundled_collection_view
     database_outage_is_retryable()
     sqlite_writes_begin_immediate()
     job_variable_checks_remembered()
+    scheduled_runs.install()
     uvicorn.run(app=create_app(final=True), host=args.host, port=args.port, log_level="info",
                 timeout_keep_alive=5)
 

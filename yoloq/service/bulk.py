@@ -8,8 +8,9 @@ once per batch here:
 - a dataset that many specs share is validated once per request (its folders listed and its
   labels read once), not once per spec: the analysis of each spec still runs, on that result;
 - the pool (policy in force, live nodes' GPUs) and the `yolo-job` deployment are read once;
-- the runs are created through Prefect's bulk route, up to `PREFECT_BULK` per call and
-  transaction, instead of one request per run.
+- the runs are created through the server's Scheduled-runs route
+  (`yoloq.ops.scheduled_runs`: one transaction and batched writes per call, up to
+  `PREFECT_BULK` runs), not one request, nor one orchestrated state, per run.
 
 A creation that fails part way (the server refused a run, or went away) deletes the runs of
 the batch it had created, so a refused batch leaves nothing behind.
@@ -27,7 +28,7 @@ from yoloq.service.admission import TIER_CAP, Verdict, admit, pool_context
 from yoloq.service.connection import stack_client
 
 BULK_LIMIT = 1000  # specs per request; a larger batch is split by the client
-PREFECT_BULK = 100  # Prefect's own limit per `create_flow_run/bulk` call
+PREFECT_BULK = 500  # runs per call of the server's Scheduled-runs route
 _LOG = logging.getLogger("yoloq.service.bulk")
 
 
@@ -122,14 +123,15 @@ def submit_bulk(specs: Sequence[Any], reason: str, tags: tuple[str, ...] = ()) -
 
 
 def create_runs(client: Any, deployment_id: Any, requests: list[dict[str, Any]]) -> list[str]:
-    """Create the runs through Prefect's bulk route, `PREFECT_BULK` at a time; on any failure
-    delete the runs created so far and raise. Returns the flow run ids."""
+    """Create the runs through the server's Scheduled-runs route, `PREFECT_BULK` at a time; on
+    any failure delete the runs created so far and raise. Returns the flow run ids."""
+    from yoloq.base.names import SCHEDULED_RUNS_ROUTE
+
     created: list[str] = []
     try:
         for start in range(0, len(requests), PREFECT_BULK):
             chunk = requests[start:start + PREFECT_BULK]
-            response = client.request("POST", "/deployments/{id}/create_flow_run/bulk",
-                                      path_params={"id": deployment_id}, json=chunk)
+            response = client.request("POST", SCHEDULED_RUNS_ROUTE, path_params={"id": deployment_id}, json=chunk)
             results = response.json().get("results", [])
             created += [r["flow_run_id"] for r in results if r.get("status") == "CREATED"]
             failed = [(start + i, r.get("error")) for i, r in enumerate(results) if r.get("status") != "CREATED"]
