@@ -3,15 +3,18 @@ trace replayed under the baselines and yoloq with and without the rule, side by 
 
     python bench/tail.py [--jobs 1200] [--seeds 2,4] [--out bench/out/tail] [--no-eta]
 
-Seeds 2 and 4 are held out: the rule's share (`critical_path_share`) was chosen on seeds 0,
-1 and 3. For each seed it prints one table (average JCT over LAS's, urgent p99 wait,
-utilisation, makespan, ETA 80% coverage, per-team finish-time fairness max and p95,
-preemptions per job) and writes `utilisation-seed<S>.png` into `--out` (not committed):
-busy GPUs / all GPUs per simulated hour, one line per policy, the last arrival marked. The
-last line of output is a JSON object: seed -> policy -> figures.
+Seeds 2 and 4 are held out: the rule's share (`critical_path_share`) and the finish-time
+fairness power (`ftf_weight_power`) were chosen on seeds 0, 1 and 3. For each seed it prints
+one table (average JCT over LAS's, urgent p99 wait, utilisation, makespan, ETA 80% coverage,
+per-team finish-time fairness max and p95, preemptions per job) and writes
+`utilisation-seed<S>.png` into `--out` (not committed): busy GPUs / all GPUs per simulated
+hour, one line per policy, the last arrival marked. The last line of output is a JSON
+object: seed -> policy -> figures.
 
 - `yoloq (no critical path)`: the default with `critical_path_share=0` and no gang
   reservations (reservations are made for critical gangs only): before.
+- `yoloq (no finish-time fairness)`: the default with `ftf_weight_power=0`: fair share by
+  usage alone, without the projected finish-time-fairness term.
 - `yoloq`: `Policy()`, the default (after).
 """
 
@@ -33,6 +36,8 @@ POLICIES = {"fifo": fifo, "las": las,
             "yoloq (no critical path)": lambda: yoloq(name="yoloq-no-critical-path",
                                                       critical_path_share=0.0,
                                                       backfill_reservations=False),
+            "yoloq (no finish-time fairness)": lambda: yoloq(name="yoloq-no-ftf",
+                                                             ftf_weight_power=0.0),
             "yoloq": yoloq}
 HEADER = ("policy", "avg JCT h", "vs LAS", "urgent p99 s", "util", "makespan ks", "ETA cov80",
           "team FTF max", "team FTF p95", "preempt/job")

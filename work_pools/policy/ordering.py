@@ -8,7 +8,8 @@ usage: decayed TU, plus what its running segments will use in the next
 `segment_s`, plus what was admitted earlier in this round (`charge`): that is
 `fair_share_mode="turns"`. With SRPT and `fair_share_mode="weight"` (yoloq's
 default) the teams share one queue per bucket and fair share enters as a weight
-on remaining work (`FairQueue.fair_factor`). Inside a team: with
+on remaining work (`FairQueue.fair_factor`): usage over entitlement, corrected by
+each team's projected finish-time fairness (`ftf`). Inside a team: with
 `within_rank="srpt"` (yoloq's default) the least estimated remaining work first
 (`remaining_work`: GPUs x remaining seconds, from measured epoch times when
 known), aged by waiting (`srpt_keys`); with "submit", submission order. Ties:
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from work_pools.policy import fairshare, rules
+from work_pools.policy import fairshare, ftf, rules
 from work_pools.policy.columns import Columns
 from work_pools.policy.model import DELAYED_RANK, Policy, QuotaBreach, Snapshot, Segment
 from work_pools.policy.priority import ranks_of, starvation_bound_s
@@ -140,6 +141,7 @@ class FairQueue:
         self._total_weight = sum(self._weights.values()) or 1.0
         self._total_usage = sum(max(0.0, self.usage.get(t, 0.0)) for t in teams)
         self._factors: dict[str, float] = {}  # team -> fair factor, until the next charge
+        self._rho = self._team_rho() if self.weighted and policy.ftf_weight_power > 0 else {}
         self._charges = 0
         ranks = ctx.waiting_ranks
         self.yield_mask = yields = self._yielding_mask(ranks)  # by row; `yielding`: by id
@@ -154,6 +156,15 @@ class FairQueue:
         bucket = ranks * 4 + (~starving) * 2 + yields  # sorts as (rank, not starving, yields)
         self._buckets = self._group(bucket, keys, policy.fair_share)
         self._at = 0  # buckets before it have been taken
+
+    def _team_rho(self) -> dict[str, float]:
+        """Projected finish-time fairness per team, once per pass: it moves with usage over
+        hours, not with one round's admissions."""
+        ctx = self.ctx
+        work = np.concatenate((remaining_work(ctx.running), remaining_work(ctx.waiting)))
+        mean_speed = ctx.capacity / max(ctx.gpu_count, 1)
+        return ftf.team_rho(ctx.running, ctx.waiting, work, ctx.now, ctx.policy, ctx.usage,
+                            ctx.gpu_count, mean_speed)
 
     def _yielding_mask(self, ranks: np.ndarray) -> np.ndarray:
         """The 70% rule (`rules.yields_to_short`) for every waiting segment."""
@@ -216,8 +227,12 @@ class FairQueue:
     def fair_factor(self, team: str) -> float:
         """Fair share as an SRPT weight (`fair_share_mode="weight"`): the team's usage share
         over its entitlement (decayed usage, what its running segments hold, and what this
-        round gave it), to the power `fair_weight_power`, clamped to `fair_weight_clamp`.
-        With power 3, a team at 1.26 times its share sees its jobs' remaining work doubled."""
+        round gave it), to the power `fair_weight_power`, times the pool's projected
+        finish-time fairness over the team's (`ftf.team_rho`) to the power `ftf_weight_power`,
+        clamped to `fair_weight_clamp`. Usage alone holds back a team that submits more than
+        its share until its jobs finish far later than an equal share would let them; the
+        second term gives them back their turn, and since it projects with the rate the team
+        is getting, it also keeps SRPT aging from eroding the weights."""
         factor = self._factors.get(team)
         if factor is None:
             factor = self._factors[team] = self._fair_factor(team)
@@ -227,9 +242,14 @@ class FairQueue:
         low, high = self.ctx.policy.fair_weight_clamp
         if self._total_usage <= 0:
             return low
+        policy = self.ctx.policy
         share = max(0.0, self.usage.get(team, 0.0)) / self._total_usage
         entitled = self._weights.get(team, 1.0) / self._total_weight
-        return min(max((share / entitled) ** self.ctx.policy.fair_weight_power, low), high)
+        factor = (share / entitled) ** policy.fair_weight_power
+        rho, pool = self._rho.get(team), self._rho.get(ftf.POOL)
+        if rho and pool:
+            factor *= (pool / rho) ** policy.ftf_weight_power
+        return min(max(factor, low), high)
 
     def _head(self, team: str, queue: _Run) -> tuple:
         """Heap key of a team's next segment: its level (turns) or weighted work (weight)."""
