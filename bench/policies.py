@@ -115,7 +115,8 @@ def run_shape(shape: str, args, gpus) -> tuple[list[tuple], dict[str, dict]]:
 
 
 _BEFORE_TAIL = dict(critical_path_share=0.0, backfill_reservations=False)
-_BEFORE_WEIGHTS = dict(fair_weight_power=3.0, srpt_aging_s=3600.0)  # the defaults until the last row
+_BEFORE_FTF = dict(ftf_weight_power=0.0)
+_BEFORE_WEIGHTS = dict(fair_weight_power=3.0, srpt_aging_s=3600.0, **_BEFORE_FTF)  # the defaults until the last rows
 ABLATION = (
     ("previous yoloq", dict(**_BEFORE_WEIGHTS, within_rank="submit", fair_share_mode="turns", aging_step_s=3600.0,
                             urgent_overrides_min_runtime=False, **_BEFORE_TAIL)),
@@ -127,7 +128,8 @@ ABLATION = (
     ("+ urgent overrides min runtime", dict(**_BEFORE_WEIGHTS, **_BEFORE_TAIL)),
     ("+ critical path first, on the fastest GPUs", dict(**_BEFORE_WEIGHTS, backfill_reservations=False)),
     ("+ gang reservations", dict(_BEFORE_WEIGHTS)),
-    ("+ fair-share power 1.5, 4 h SRPT aging (= yoloq, the default)", {}),
+    ("+ fair-share power 1.5, 4 h SRPT aging", dict(_BEFORE_FTF)),
+    ("+ finish-time fairness (= yoloq, the default)", {}),
     ("yoloq with min_runtime_s=0 (no anti-thrash)", dict(min_runtime_s=0.0)),
     ("yoloq + soft preemption (= yoloq-soft)", dict(soft_preemption=True)),
 )
