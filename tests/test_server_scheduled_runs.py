@@ -1,13 +1,20 @@
 """The server's Scheduled-runs route (`yoloq.ops.scheduled_runs`) against Prefect's own bulk
 route, on the session stack's real server: the same requests give runs with the same columns,
 the same first state and the same `prefect.flow-run.Scheduled` event; idempotency keys hold;
-a request it cannot reproduce creates nothing.
+a request it cannot reproduce creates nothing. The comparison runs again on PostgreSQL (the
+cluster profile's database).
 
 The runs belong to a deployment of a pool no worker polls, so nothing runs them."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from stack_helpers import wait_for
@@ -21,24 +28,34 @@ VOLATILE = {"id", "name", "idempotency_key", "created", "updated", "state_id", "
             "expected_start_time", "next_scheduled_start_time", "estimated_run_time"}
 
 
-@pytest.fixture(scope="module")
-def deployment(yoloq_stack):
-    from prefect.client.orchestration import get_client
+@contextmanager
+def unpolled_deployment(client) -> Iterator:
+    """A deployment of a process pool (Prefect's real template) that no worker polls; removed after."""
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.workers.process import ProcessWorker
 
     pool = f"unpolled-{uuid.uuid4().hex[:6]}"
-    with get_client(sync_client=True) as client:
-        client.create_work_pool(WorkPoolCreate(name=pool, type="process",
-                                              base_job_template=ProcessWorker.get_default_base_job_template()))
-        flow_id = client.create_flow_from_name("scheduled-runs-check")
-        deployment_id = client.create_deployment(
-            flow_id=flow_id, name="check", work_pool_name=pool, entrypoint="flows/job.py:yolo_job",
-            parameters={"default": 1}, tags=["deployment-tag"],
-            job_variables={"env": {"A": "1"}}, enforce_parameter_schema=False)
-        yield client, deployment_id
+    client.create_work_pool(WorkPoolCreate(name=pool, type="process",
+                                          base_job_template=ProcessWorker.get_default_base_job_template()))
+    flow_id = client.create_flow_from_name("scheduled-runs-check")
+    deployment_id = client.create_deployment(
+        flow_id=flow_id, name="check", work_pool_name=pool, entrypoint="flows/job.py:yolo_job",
+        parameters={"default": 1}, tags=["deployment-tag"], job_variables={"env": {"A": "1"}},
+        enforce_parameter_schema=False)
+    try:
+        yield deployment_id
+    finally:
         client.delete_deployment(deployment_id)
         client.delete_work_pool(pool)
+
+
+@pytest.fixture(scope="module")
+def deployment(yoloq_stack):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        with unpolled_deployment(client) as deployment_id:
+            yield client, deployment_id
 
 
 def requests(prefix: str, count: int, **extra) -> list[dict]:
@@ -74,7 +91,11 @@ def event_shape(event: dict) -> dict:
 
 
 def test_its_runs_equal_prefects_own_column_for_column(deployment):
-    client, deployment_id = deployment
+    assert_routes_agree(*deployment)
+
+
+def assert_routes_agree(client, deployment_id) -> None:
+    """Three runs through each route from the same requests: equal but for ids, names and times."""
     prefix = uuid.uuid4().hex[:6]
     stock_ids = create(client, STOCK_ROUTE, deployment_id, requests(f"s{prefix}-", 3))
     ours_ids = create(client, SCHEDULED_RUNS_ROUTE, deployment_id, requests(f"o{prefix}-", 3))
@@ -135,3 +156,51 @@ def runs_named(client, prefix: str) -> list:
 
     runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=prefix)))
     return [r for r in runs if r.name.startswith(prefix)]
+
+
+@pytest.mark.integration
+def test_on_postgresql_its_runs_equal_prefects_own(tmp_path):
+    """The same comparison on the cluster profile's database: a server on a fresh PostgreSQL database."""
+    from cluster_helpers import cluster_services, fresh_database
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from yoloq.base.paths import state_paths
+    from yoloq.ops.stack import Stack, api_answers, free_port, stack_env
+
+    url = fresh_database(cluster_services()["PREFECT_API_DATABASE_CONNECTION_URL"],
+                         f"prefect_routes_{uuid.uuid4().hex[:8]}")
+    stack = Stack(state_paths(tmp_path / "home"), free_port())
+    stack.paths.ensure()
+    saved = dict(os.environ)
+    try:
+        env = {**stack_env(stack), "PREFECT_API_DATABASE_CONNECTION_URL": url}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    server = subprocess.Popen([sys.executable, "-m", "yoloq.ops.server", "--port", str(stack.port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: api_answers(stack.api_url), "the server on PostgreSQL", timeout_s=300)
+        with temporary_settings(updates={PREFECT_API_URL: stack.api_url}), get_client(sync_client=True) as client:
+            with unpolled_deployment(client) as deployment_id:
+                assert_routes_agree(client, deployment_id)
+                assert flow_runs_in(url) == 6, "the runs are in the PostgreSQL database"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+def flow_runs_in(url: str) -> int:
+    import asyncio
+
+    import asyncpg
+
+    async def count() -> int:
+        conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+        try:
+            return await conn.fetchval("SELECT count(*) FROM flow_run")
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
