@@ -73,16 +73,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def job_requests(specs: list) -> list[dict]:
     """The `yolo-job` run requests of a bulk submission (`yoloq.service.bulk.submit_bulk`)."""
-    from work_pools.announce import announce_labels
     from yoloq.service.admission import pool_context
-    from yoloq.service.bulk import admit_all
+    from yoloq.service.bulk import admit_all, run_requests
     from yoloq.service.connection import stack_client
-    from yoloq.service.submission import Job, first_plan, job_run_request, new_job_id
+    from yoloq.service.submission import new_job_id
 
     with stack_client() as client:
         verdicts = admit_all(specs, pool_context(client, None))
-    return [job_run_request(spec, new_job_id(spec), (), announce_labels(
-        first_plan(Job("bulk", spec=spec, analysis=verdict.analysis)))) for spec, verdict in zip(specs, verdicts)]
+    return run_requests(specs, verdicts, [new_job_id(spec) for spec in specs])
 
 
 def create(route: str, per_call: int, requests: list[dict], server) -> tuple[float, float]:

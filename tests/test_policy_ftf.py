@@ -4,14 +4,12 @@ projection uses the rate each team is getting, weights still hold."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from builders import make_gpus, make_job
 from work_pools.policy import Policy, Snapshot, decide, yoloq
 from work_pools.policy.columns import Columns
 from work_pools.policy.ftf import POOL, team_rho
-from work_pools.policy.ordering import remaining_work
 from work_pools.simulate import TraceJob, parse_cluster, simulate
 from yoloq.domain.tiers import Tier
 
@@ -28,8 +26,7 @@ def waiting_jobs(team: str, count: int, submitted: float = NOW - 60) -> list:
 def rho_of(waiting: list, usage: dict[str, float], policy: Policy = Policy(),
            gpus: int = 1) -> dict[str, float]:
     running, queued = Columns(()), Columns(waiting)
-    work = np.concatenate((remaining_work(running), remaining_work(queued)))
-    return team_rho(running, queued, work, NOW, policy, usage, gpus, 1.0)
+    return team_rho(running, queued, NOW, policy, usage, gpus, 1.0)
 
 
 def test_a_longer_backlog_at_the_same_rate_projects_worse():

@@ -97,6 +97,18 @@ class Columns:
         return self._floats([s.epochs for s in self.segments])
 
     @cached_property
+    def measured(self) -> np.ndarray:
+        """Rows whose job has run an epoch: its measured epoch time counts, not the estimate."""
+        return ~np.isnan(self.measured_epoch_s) & (self.measured_epoch_s != 0) & (self.epochs != 0)
+
+    @cached_property
+    def remaining_work(self) -> np.ndarray:
+        """GPU-seconds (speed 1.0) each job still needs: measured epoch time x epochs left when
+        the job has run an epoch, else the analysis estimate. Read by several rules of a pass."""
+        left = np.maximum(self.epochs - self.epoch, 0)
+        return self.gpus * np.where(self.measured, self.measured_epoch_s * left, self.est_remaining_s)
+
+    @cached_property
     def job_classes(self) -> np.ndarray:
         return np.array([s.job_class for s in self.segments], dtype=object).reshape(self.n)
 

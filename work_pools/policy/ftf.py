@@ -38,9 +38,7 @@ def _concat(running: Columns, waiting: Columns, column: str) -> np.ndarray:
 
 def _duration_s(cols: Columns) -> np.ndarray:
     """The job's whole run time at speed 1.0: measured epochs when known, else the estimate."""
-    measured = cols.measured_epoch_s
-    known = ~np.isnan(measured) & (measured != 0) & (cols.epochs != 0)
-    return np.where(known, measured * cols.epochs, cols.est_remaining_s)
+    return np.where(cols.measured, cols.measured_epoch_s * cols.epochs, cols.est_remaining_s)
 
 
 def usage_rate_gpus(usage_tu: float, policy: Policy, mean_speed: float) -> float:
@@ -63,11 +61,9 @@ def _projected_s(work: np.ndarray, gpus: np.ndarray, rate_gpus: float,
     return np.maximum(ends, own)
 
 
-def team_rho(running: Columns, waiting: Columns, remaining_work: np.ndarray, now: float,
-             policy: Policy, usage: Mapping[str, float], gpu_count: int,
-             mean_speed: float) -> dict[str, float]:
-    """team -> projected rho of its jobs in the system, and `POOL` -> all teams' together.
-    `remaining_work`: GPU-seconds at speed 1.0 per job, running rows first."""
+def team_rho(running: Columns, waiting: Columns, now: float, policy: Policy,
+             usage: Mapping[str, float], gpu_count: int, mean_speed: float) -> dict[str, float]:
+    """team -> projected rho of its jobs in the system, and `POOL` -> all teams' together."""
     teams = running.teams + waiting.teams
     if not teams or gpu_count <= 0 or mean_speed <= 0:
         return {}
@@ -75,6 +71,7 @@ def team_rho(running: Columns, waiting: Columns, remaining_work: np.ndarray, now
     code = {team: n for n, team in enumerate(names)}
     codes = np.fromiter(map(code.__getitem__, teams), np.int64, len(teams))
     gpus = np.maximum(_concat(running, waiting, "gpus"), 1.0)
+    remaining_work = _concat(running, waiting, "remaining_work")
     weights = np.array([policy.weight(t) for t in names])[codes]
     share = gpu_count * weights / weights.sum()
     duration = np.concatenate((_duration_s(running), _duration_s(waiting)))

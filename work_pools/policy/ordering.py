@@ -11,7 +11,7 @@ default) the teams share one queue per bucket and fair share enters as a weight
 on remaining work (`FairQueue.fair_factor`): usage over entitlement, corrected by
 each team's projected finish-time fairness (`ftf`). Inside a team: with
 `within_rank="srpt"` (yoloq's default) the least estimated remaining work first
-(`remaining_work`: GPUs x remaining seconds, from measured epoch times when
+(`Columns.remaining_work`: GPUs x remaining seconds, from measured epoch times when
 known), aged by waiting (`srpt_keys`); with "submit", submission order. Ties:
 submission order, then id. The rules run on numpy columns of the whole queue
 (`columns.Columns`): a pass orders 10,000 waiting segments in the pool bench.
@@ -53,6 +53,10 @@ class Context:
     capacity: float = 0.0  # the pool's GPUs, each counted at its speed
     gpu_count: int = 0  # the pool's GPUs (for their mean speed)
 
+    @property
+    def mean_speed(self) -> float:
+        return self.capacity / max(self.gpu_count, 1)
+
     def ranks_at(self, now: float) -> dict[str, int]:
         """Segment id -> rank, running and waiting, at `now` (the ETA reads the queue ahead)."""
         running, waiting = _ranks(self.running, self.waiting, self.waiting_delayed, now,
@@ -87,20 +91,11 @@ def _ranks(running: Columns, waiting: Columns, waiting_delayed: np.ndarray, now:
     return dict(zip(running.ids, running_ranks.tolist())), waiting_ranks
 
 
-def remaining_work(segments: Columns) -> np.ndarray:
-    """GPU-seconds (speed 1.0) each job still needs: measured epoch time x epochs left when
-    the job has run an epoch, else the analysis estimate."""
-    measured, epochs = segments.measured_epoch_s, segments.epochs
-    known = ~np.isnan(measured) & (measured != 0) & (epochs != 0)
-    left = np.maximum(epochs - segments.epoch, 0)
-    return segments.gpus * np.where(known, measured * left, segments.est_remaining_s)
-
-
 def srpt_keys(segments: Columns, now: float, policy: Policy) -> np.ndarray:
     """Shortest remaining work first, aged: the work shrinks by a factor 1 + waited /
     `srpt_aging_s`, so a long job that waits overtakes new short work eventually (and
     the starvation bound of `priority` still applies on top)."""
-    work = remaining_work(segments)
+    work = segments.remaining_work
     if policy.srpt_aging_s <= 0:
         return work
     return work / (1.0 + np.maximum(0.0, now - segments.waiting_since) / policy.srpt_aging_s)
@@ -118,10 +113,9 @@ def critical_path(ctx: Context) -> np.ndarray:
     policy, cols = ctx.policy, ctx.waiting
     if policy.critical_path_share <= 0 or ctx.capacity <= 0 or not cols.n:
         return np.zeros(cols.n, bool)
-    work = remaining_work(cols)
-    backlog_s = (work.sum() + remaining_work(ctx.running).sum()) / ctx.capacity
-    mean_speed = ctx.capacity / max(ctx.gpu_count, 1)
-    own_s = work / (np.maximum(cols.gpus, 1) * mean_speed)
+    work = cols.remaining_work
+    backlog_s = (work.sum() + ctx.running.remaining_work.sum()) / ctx.capacity
+    own_s = work / (np.maximum(cols.gpus, 1) * ctx.mean_speed)
     return own_s >= policy.critical_path_share * backlog_s
 
 
@@ -161,10 +155,8 @@ class FairQueue:
         """Projected finish-time fairness per team, once per pass: it moves with usage over
         hours, not with one round's admissions."""
         ctx = self.ctx
-        work = np.concatenate((remaining_work(ctx.running), remaining_work(ctx.waiting)))
-        mean_speed = ctx.capacity / max(ctx.gpu_count, 1)
-        return ftf.team_rho(ctx.running, ctx.waiting, work, ctx.now, ctx.policy, ctx.usage,
-                            ctx.gpu_count, mean_speed)
+        return ftf.team_rho(ctx.running, ctx.waiting, ctx.now, ctx.policy, ctx.usage, ctx.gpu_count,
+                            ctx.mean_speed)
 
     def _yielding_mask(self, ranks: np.ndarray) -> np.ndarray:
         """The 70% rule (`rules.yields_to_short`) for every waiting segment."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+import sqlalchemy as sa
 from fastapi import Body, Depends, HTTPException, Path, status
 from prefect.server import models, schemas
 from prefect.server.api import dependencies
@@ -85,10 +86,8 @@ async def create_scheduled_runs(
             if key is not None:
                 existing[key] = run.id
         states = await _insert(db, session, created)
-        work_queue = await models.work_queues.read_work_queue(session, work_queue_id=deployment.work_queue_id)
         flow = await models.flows.read_flow(session=session, flow_id=deployment.flow_id)
-        events = [await _scheduled_event(session, run, state, flow, deployment, work_queue)
-                  for run, state in zip(created, states)]
+        events = [await _scheduled_event(session, run, state, flow, deployment) for run, state in zip(created, states)]
     async with PrefectServerEventsClient() as client:  # after the commit: a reader finds the run
         for event in events:
             await client.emit(event)
@@ -111,8 +110,6 @@ def _refuse_unsupported(index: int, request: DeploymentFlowRunCreate, deployment
 
 async def _runs_by_key(db: PrefectDBInterface, session: Any, flow_id: UUID, keys: set[str]) -> dict[str, UUID]:
     """The runs of the flow that already hold one of `keys`, by key."""
-    import sqlalchemy as sa
-
     if not keys:
         return {}
     found = await session.execute(sa.select(db.FlowRun.idempotency_key, db.FlowRun.id).where(
@@ -167,10 +164,11 @@ async def _insert(db: PrefectDBInterface, session: Any, runs: list[schemas.core.
 
 
 async def _scheduled_event(session: Any, run: schemas.core.FlowRun, orm_state: Any, flow: Any,
-                           deployment: Any, work_queue: Any) -> Any:
+                           deployment: Any) -> Any:
     """The `prefect.flow-run.Scheduled` event Prefect's orchestration emits for the run; what
-    the runs share (flow, deployment, work queue) is read once, not once per run."""
+    the runs share (flow, deployment and its work queue) is read once, not once per run."""
     state = schemas.states.State.from_orm_without_result(orm_state)
+    work_queue = deployment.work_queue
     run_events._flow_run_resource_data_cache[run.id] = run_events._as_resource_data(
         run, flow, deployment, work_queue, work_queue.work_pool if work_queue else None)
     return await run_events.flow_run_state_change_event(

@@ -103,23 +103,30 @@ def _refuse_first(verdicts: Sequence[Verdict]) -> None:
 def submit_bulk(specs: Sequence[Any], reason: str, tags: tuple[str, ...] = ()) -> BulkResult:
     """Admit every spec (all or nothing), then create their `yolo-job` runs in bulk and record
     each job's `submitted` event. Returns the job ids in the specs' order."""
-    from work_pools.announce import announce_labels
     from yoloq.records.events import emit_job_event
-    from yoloq.service.submission import Job, first_plan, job_deployment_id, job_run_request, new_job_id
+    from yoloq.service.submission import job_deployment_id, new_job_id
 
     check_size(len(specs))
     with stack_client() as client:
         verdicts = admit_all(specs, pool_context(client, None))
         deployment_id = job_deployment_id(client)
         job_ids = [new_job_id(spec) for spec in specs]
-        requests = [job_run_request(spec, job_id, tags, announce_labels(
-            first_plan(Job("bulk", spec=spec, analysis=verdict.analysis))))
-            for spec, job_id, verdict in zip(specs, job_ids, verdicts)]
-        create_runs(client, deployment_id, requests)
+        create_runs(client, deployment_id, run_requests(specs, verdicts, job_ids, tags))
     for spec, job_id in zip(specs, job_ids):
         emit_job_event("submitted", job_id, spec.team, tier=spec.priority, reason=reason)
     notes = tuple(dict.fromkeys(n for v in verdicts for n in v.notes))
     return BulkResult(tuple(job_ids), notes)
+
+
+def run_requests(specs: Sequence[Any], verdicts: Sequence[Verdict], job_ids: Sequence[str],
+                 tags: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The admitted jobs' `yolo-job` run requests, an urgent job's announcement in its labels."""
+    from work_pools.announce import announce_labels
+    from yoloq.service.submission import Job, first_plan, job_run_request
+
+    return [job_run_request(spec, job_id, tags, announce_labels(
+        first_plan(Job("bulk", spec=spec, analysis=verdict.analysis))))
+        for spec, job_id, verdict in zip(specs, job_ids, verdicts)]
 
 
 def create_runs(client: Any, deployment_id: Any, requests: list[dict[str, Any]]) -> list[str]:
