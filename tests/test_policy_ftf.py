@@ -9,7 +9,7 @@ import pytest
 from builders import make_gpus, make_job
 from work_pools.policy import Policy, Snapshot, decide, yoloq
 from work_pools.policy.columns import Columns
-from work_pools.policy.ftf import POOL, team_rho
+from work_pools.policy.ftf import REFERENCE, team_rho
 from work_pools.simulate import TraceJob, parse_cluster, simulate
 from yoloq.domain.tiers import Tier
 
@@ -31,7 +31,7 @@ def rho_of(waiting: list, usage: dict[str, float], policy: Policy = Policy(),
 
 def test_a_longer_backlog_at_the_same_rate_projects_worse():
     rho = rho_of(waiting_jobs("heavy", 6) + waiting_jobs("light", 1), {"heavy": 1.0, "light": 1.0})
-    assert rho["heavy"] > rho[POOL] > rho["light"]
+    assert rho["heavy"] > rho[REFERENCE] > rho["light"]
 
 
 @pytest.mark.parametrize("weights, usage", [
@@ -75,3 +75,19 @@ def test_steady_streams_keep_a_two_to_one_weighting_closer_with_the_term():
         result = simulate(trace, parse_cluster("6xV100-32GB"), policy, until=2 * DAY, eta=False)
         ratios[power] = result.team_tu["a"] / result.team_tu["b"]
     assert abs(ratios[2.0] - 2.0) < abs(ratios[0.0] - 2.0) - 0.05, ratios
+
+
+def test_one_starved_team_does_not_erase_the_usage_order_of_the_others():
+    """A team with nothing running and almost no usage projects a rho thousands of times the
+    others' (a pool minutes old: its decayed usage shows a rate near zero). Measured against
+    all teams' jobs pooled, which that team drags up, every other team's factor hit the clamp
+    and their usage no longer told them apart: the earliest submitted went first (b0, as the
+    load scenario's team b took 24% against a 20% share). Against the teams' median they keep
+    their order."""
+    waiting = [make_job(f"{team}0").team(team).remaining(60).submitted(NOW - 60 + k).obj()
+               for k, team in enumerate("bcda")]
+    usage = {"a": 1e-5, "b": 0.03, "c": 0.02, "d": 0.01}  # TU, minutes into a day's half-life
+    snapshot = Snapshot(make_gpus("3xV100-32GB"), (), tuple(waiting), team_usage_tu=usage)
+    policy = Policy(critical_path_share=0.0)
+    admitted = [a.job_id for a in decide(snapshot, policy, NOW).admit]
+    assert admitted == ["a0", "d0", "c0"]

@@ -16,6 +16,12 @@ A team's rho is the first summed over the second summed. Because the projection 
 the team is actually getting, a team served at its weight with a backlog like the others'
 projects like them; a team whose backlog is long for its rate projects worse and is boosted
 by `FairQueue.fair_factor` (`ftf_weight_power`).
+
+Each team is compared with the median team's rho, not with all teams' jobs pooled: a team
+with nothing running and almost no usage (a pool minutes old, against a day's half-life)
+projects a rho thousands of times the others'; pooled, it dragged the reference up with it,
+every other team's factor hit the clamp, and their usage no longer told them apart (the
+earliest submitted went first). Against the median, the others keep their usage order.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from work_pools.policy.columns import Columns
 from work_pools.policy.model import Policy
 from yoloq.domain.gpus import TU_SECONDS
 
-POOL = "*"  # the key of the pool's rho (all teams together)
+REFERENCE = "*"  # the key of the reference rho: the median team's
 
 
 def _concat(running: Columns, waiting: Columns, column: str) -> np.ndarray:
@@ -63,7 +69,7 @@ def _projected_s(work: np.ndarray, gpus: np.ndarray, rate_gpus: float,
 
 def team_rho(running: Columns, waiting: Columns, now: float, policy: Policy,
              usage: Mapping[str, float], gpu_count: int, mean_speed: float) -> dict[str, float]:
-    """team -> projected rho of its jobs in the system, and `POOL` -> all teams' together."""
+    """team -> projected rho of its jobs in the system, and `REFERENCE` -> the teams' median."""
     teams = running.teams + waiting.teams
     if not teams or gpu_count <= 0 or mean_speed <= 0:
         return {}
@@ -77,7 +83,7 @@ def team_rho(running: Columns, waiting: Columns, now: float, policy: Policy,
     duration = np.concatenate((_duration_s(running), _duration_s(waiting)))
     ideal = duration / (mean_speed * np.minimum(1.0, share / gpus))
     elapsed = now - _concat(running, waiting, "submitted_at")
-    rho, num_all, den_all = {}, 0.0, 0.0
+    rho = {}
     for n, team in enumerate(names):
         rows = codes == n
         rate = usage_rate_gpus(usage.get(team, 0.0), policy, mean_speed)
@@ -85,5 +91,4 @@ def team_rho(running: Columns, waiting: Columns, now: float, policy: Policy,
         num, den = float((elapsed[rows] + ends).sum()), float(ideal[rows].sum())
         if den > 0 and math.isfinite(num):
             rho[team] = num / den
-            num_all, den_all = num_all + num, den_all + den
-    return {**rho, POOL: num_all / den_all} if den_all > 0 else rho
+    return {**rho, REFERENCE: float(np.median(list(rho.values())))} if rho else rho

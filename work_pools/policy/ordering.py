@@ -219,8 +219,8 @@ class FairQueue:
     def fair_factor(self, team: str) -> float:
         """Fair share as an SRPT weight (`fair_share_mode="weight"`): the team's usage share
         over its entitlement (decayed usage, what its running segments hold, and what this
-        round gave it), to the power `fair_weight_power`, times the pool's projected
-        finish-time fairness over the team's (`ftf.team_rho`) to the power `ftf_weight_power`,
+        round gave it), to the power `fair_weight_power`, times the median team's projected
+        finish-time fairness over this team's (`ftf.team_rho`) to the power `ftf_weight_power`,
         clamped to `fair_weight_clamp`. Usage alone holds back a team that submits more than
         its share until its jobs finish far later than an equal share would let them; the
         second term gives them back their turn, and since it projects with the rate the team
@@ -238,9 +238,9 @@ class FairQueue:
         share = max(0.0, self.usage.get(team, 0.0)) / self._total_usage
         entitled = self._weights.get(team, 1.0) / self._total_weight
         factor = (share / entitled) ** policy.fair_weight_power
-        rho, pool = self._rho.get(team), self._rho.get(ftf.POOL)
-        if rho and pool:
-            factor *= (pool / rho) ** policy.ftf_weight_power
+        rho, reference = self._rho.get(team), self._rho.get(ftf.REFERENCE)
+        if rho and reference:
+            factor *= (reference / rho) ** policy.ftf_weight_power
         return min(max(factor, low), high)
 
     def _head(self, team: str, queue: _Run) -> tuple:
