@@ -148,9 +148,9 @@ class Policy:
     # (power 1.0 or below did not: tests/test_fairshare.py).
     fair_weight_power: float = 1.5  # factor = (usage share / entitlement) ** power
     # Projected finish-time fairness (`ftf`): a team's fair factor is also multiplied by (the
-    # median team's rho over its own) ** this, so a team whose jobs pile up against an equal share goes
-    # first. 2.0 measured (bench/tail.py, training seeds 0, 1 and 3; 1 to 4 swept): worst-team
-    # FTF 1.04/1.04/0.98 -> 0.91/1.00/0.95 at an equal or lower average JCT; a 2:1 weighting
+    # median team's rho over its own) ** this, so a team whose jobs pile up against an equal
+    # share goes first. 2.0 measured (bench/tail.py, training seeds 0, 1 and 3; 1 to 4 swept):
+    # worst-team FTF 1.04/1.04/0.98 -> 0.91/1.00/0.94 at an equal or lower average JCT; a 2:1 weighting
     # converges closer to 2:1 with it (tests/test_fairshare.py). 0 = off.
     ftf_weight_power: float = 2.0
     srpt_aging_s: float = 14400.0  # SRPT aging: remaining work / (1 + waited / this); 0 = off
