@@ -135,9 +135,33 @@ def test_job_cancelled_while_waiting_ends_cancelled(yoloq_stack, tiny_dataset):
         job_id = submit(tiny_dataset, "cancel-me")
         wait_for(lambda: waiting([job_id]), "the job waiting")
         cancel([job_id])
+        # Its segment, never started, is Cancelled at once (Prefect ends a Scheduled run that
+        # is asked to cancel), so a worker that polled it before the cancel cannot start it:
+        # Prefect refuses Pending from a final state.
+        [segment] = job(job_id).segments
+        assert segment.state.is_cancelled(), segment.state
+        assert proposed_pending(segment.id) != "ACCEPT"
     assert wait_for(lambda: final_state(job_id), "the cancelled job's end") == "Cancelled"
     [segment] = job(job_id).segments
     assert segment.state.is_cancelled(), segment.state
+    # Nor did it start when the worker woke: no GPU time for a job nobody wants.
+    assert "RUNNING" not in segment_state_types(segment.id), segment_state_types(segment.id)
+
+
+def proposed_pending(run_id) -> str:
+    """What Prefect answers the worker's first step for this run (its Pending proposal)."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Pending
+
+    with get_client(sync_client=True) as client:
+        return client.set_flow_run_state(run_id, Pending()).status.value
+
+
+def segment_state_types(run_id) -> list[str]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return [s.type.value for s in client.read_flow_run_states(run_id)]
 
 
 def test_runner_killed_while_jobs_wait_each_job_trains_once(yoloq_stack, tiny_dataset):

@@ -63,7 +63,7 @@ def test_the_low_job_is_the_only_victim_every_round(two_nodes, tiny_dataset, tmp
         first, second = ("low", "normal") if round_no % 2 == 0 else ("normal", "low")
         jobs = {tier: _submit(pool, tmp_path, f"{tier}{round_no}", tier, LONG, tiny_dataset)
                 for tier in (first, second)}
-        frozen, urgent = [], None
+        frozen, urgent, phases = [], None, {}
         try:
             where = {}
             for tier, job in jobs.items():
@@ -71,21 +71,28 @@ def test_the_low_job_is_the_only_victim_every_round(two_nodes, tiny_dataset, tmp
                 frozen.append(pid)
                 where[tier] = _node(seg)
             assert sorted(where.values()) == ["a", "b"], where
+            phases["both running"] = time.monotonic() - started
             urgent = _submit(pool, tmp_path, f"urgent{round_no}", "urgent", 1, tiny_dataset)
             wait_for(lambda: any(_asked(s) for j in jobs.values() for s in _segments(j)),
                      "a preemption")
+            phases["preemption asked"] = time.monotonic() - started
             time.sleep(5)  # several more scheduler passes: a second preemption would show now
             asked = {tier: [s.name for s in _segments(j) if _asked(s)] for tier, j in jobs.items()}
         finally:
+            # The urgent job first, while its victim still holds the GPU: cancelled after the
+            # victim's exit it would start and train an epoch the round then waits for.
+            everyone = [*([urgent] if urgent else []), *jobs.values()]
+            pool.cli("cancel", everyone[0])
             for pid in frozen:
                 thaw(pid)
-            everyone = [*jobs.values(), *([urgent] if urgent else [])]
-            for job in everyone:
+            for job in everyone[1:]:
                 pool.cli("cancel", job)
             wait_for(lambda: _all_final(everyone),
                      f"round {round_no}'s jobs to end (rounds so far: {verdicts})", 900)
         verdicts.append(len(asked["low"]) == 1 and not asked["normal"])
         assert verdicts[-1], (round_no, where, asked)
         took.append(time.monotonic() - started)
-        print(f"round {round_no}: low on {where['low']}, right victim, {took[-1]:.0f} s", flush=True)
+        marks = ", ".join(f"{name} at {t:.0f} s" for name, t in phases.items())
+        print(f"round {round_no}: low on {where['low']}, right victim, {took[-1]:.0f} s "
+              f"({marks}; the rest is the jobs ending)", flush=True)
     print(f"\n{ROUNDS} rounds, {sum(took):.0f} s, {sum(took) / len(took):.0f} s per round")
